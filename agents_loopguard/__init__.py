@@ -1,0 +1,50 @@
+"""agents_loopguard: stop AI agents caught in tool loops, before execution, without losing useful state."""
+
+from .budget import Budget, Policy
+from .canonical import CanonicalError, canonical_json, fingerprint, redact
+from .core import Call, Guard, Ticket, Verdict, create_runner, parse_call
+from .evidence import Effect, Evidence, ResultStatus
+from .outcome import (
+    NextAction,
+    Outcome,
+    Reason,
+    RecordError,
+    RecoveryRecord,
+    Status,
+    Usage,
+    allowed_next_actions,
+)
+from .store import MemoryStore, OperationRecord, OperationState, Store, StoreError
+
+__all__ = [
+    "Budget",
+    "Call",
+    "CanonicalError",
+    "Effect",
+    "Evidence",
+    "Guard",
+    "MemoryStore",
+    "NextAction",
+    "OperationRecord",
+    "OperationState",
+    "Outcome",
+    "Policy",
+    "Reason",
+    "RecordError",
+    "RecoveryRecord",
+    "ResultStatus",
+    "Status",
+    "Store",
+    "StoreError",
+    "Ticket",
+    "Usage",
+    "Verdict",
+    "allowed_next_actions",
+    "canonical_json",
+    "create_runner",
+    "fingerprint",
+    "parse_call",
+    "redact",
+]
+
+__version__ = "0.1.0"

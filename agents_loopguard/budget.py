@@ -1,0 +1,71 @@
+"""Limits of a task: model turns, tool executions, a deadline and an optional monetary budget.
+
+The limits are the task's, not a run's: they span runs, resumes and workers, because the counters they bound live
+in the store. Every counter is *reserved before* the call it pays for, and a call that then fails still counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["Budget", "Policy"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The global budget of a task.
+
+    >>> Budget(model_turns=6, tool_executions=4, deadline=100.0)
+    Budget(model_turns=6, tool_executions=4, deadline=100.0, cost=None)
+    """
+
+    model_turns: int
+    """Model attempts allowed for the whole task (every attempt that leaves the process, retries included)."""
+    tool_executions: int
+    """Tool executions allowed for the whole task (every attempt, adapter retries included)."""
+    deadline: float | None = None
+    """Absolute time, on the guard's clock, after which nothing new starts (checked before and after executions)."""
+    cost: float | None = None
+    """Money allowed for the whole task, in the unit of the price table (``None``: no cost budget)."""
+
+    def __post_init__(self) -> None:
+        for name in ("model_turns", "tool_executions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Budget.{name} must be a non-negative int, got {value!r}")
+        if self.deadline is not None and (isinstance(self.deadline, bool) or not math.isfinite(self.deadline)):
+            raise ValueError(f"Budget.deadline must be a finite number or None, got {self.deadline!r}")
+        if self.cost is not None and (not math.isfinite(self.cost) or self.cost < 0):
+            raise ValueError(f"Budget.cost must be a non-negative finite number or None, got {self.cost!r}")
+
+    def expired(self, now: float) -> bool:
+        """True when ``now`` is at or past the deadline."""
+        return self.deadline is not None and now >= self.deadline
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Thresholds of the progress rules. The defaults are the article's demonstration values; choose yours from
+    correct trajectories and the risk of each tool.
+
+    >>> Policy().max_same_call, Policy().max_stalled
+    (2, 3)
+    """
+
+    max_same_call: int = 2
+    """Executions allowed for one fingerprint at one revision; the next is ``stopped/same_call``."""
+    max_stalled: int = 3
+    """Verified results in a row without the revision advancing; reaching it is ``stopped/no_progress``."""
+    max_polls: int = 10
+    """Polls of one job (one fingerprint at one revision) while it answers pending; the next is ``wait_budget``."""
+    max_wait: float | None = None
+    """Seconds a job may stay pending, from its first poll; after that a poll is ``stopped/wait_budget``."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_same_call", "max_stalled", "max_polls"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Policy.{name} must be an int >= 1, got {value!r}")
+        if self.max_wait is not None and not (math.isfinite(self.max_wait) and self.max_wait >= 0):
+            raise ValueError(f"Policy.max_wait must be a non-negative number or None, got {self.max_wait!r}")

@@ -1,0 +1,232 @@
+"""Call identity: canonical JSON (RFC 8785), the call fingerprint, and redaction of secrets.
+
+Two calls are the same action when their canonical JSON is the same: key order never matters, ``5`` and ``5.0``
+are one number, and every argument stays in the fingerprint (an amount or a customer id is never "noise").
+Values that JSON cannot carry (NaN, Infinity, bytes, sets, arbitrary objects, non-string keys, integers beyond
+IEEE-754's exact range) are refused with :class:`CanonicalError` instead of being coerced.
+
+The fast path validates the value in one walk and lets the C JSON encoder write it; that output *is* RFC 8785
+whenever every float prints the same in Python and ECMAScript and no key needs UTF-16 ordering. The rare values
+where they differ (integral floats such as ``5.0``, floats below ``1e-4``, keys outside the BMP) go through the
+``rfc8785`` reference implementation, so the result is always the RFC's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import rfc8785
+
+__all__ = [
+    "REDACTED",
+    "CanonicalError",
+    "canonical_json",
+    "fingerprint",
+    "redact",
+]
+
+REDACTED = "[redacted]"
+
+_MAX_SAFE_INT = 2**53 - 1
+_encode = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=True
+).encode
+
+
+class CanonicalError(ValueError):
+    """The value cannot be written as canonical JSON (RFC 8785); the message says which part and why."""
+
+
+class _NeedsReference(Exception):
+    """Internal: the value is valid JSON but the fast path would not print it as RFC 8785 does."""
+
+
+def _check(value: Any, path: str, depth: int) -> None:
+    """Validate ``value`` as JSON data; raise :class:`_NeedsReference` where the fast path would differ."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return
+    if kind is int:
+        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return
+        raise CanonicalError(
+            f"{path}: integer {value} is outside the range JSON numbers hold exactly (±2**53-1); pass it as a string"
+        )
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise CanonicalError(f"{path}: {value!r} is not a JSON number (NaN and Infinity are refused)")
+        if value.is_integer() or -1e-4 < value < 1e-4:
+            raise _NeedsReference
+        return
+    if depth > 200:
+        raise CanonicalError(f"{path}: nesting deeper than 200 levels")
+    if isinstance(value, Mapping):
+        if not isinstance(value, dict):
+            raise _NeedsReference
+        for key, item in value.items():
+            if type(key) is not str:
+                raise CanonicalError(f"{path}: key {key!r} is not a string (JSON object keys are strings)")
+            if not key.isascii() and max(key) > "\uffff":
+                raise _NeedsReference
+            _check(item, f"{path}.{key}", depth + 1)
+        return
+    if kind is list or kind is tuple:
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]", depth + 1)
+        return
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        raise _NeedsReference  # subclasses (enums...): let the reference decide on the plain value
+    raise CanonicalError(
+        f"{path}: {type(value).__name__} is not a JSON value (use str, number, bool, None, list, dict)"
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Copy ``value`` into plain JSON types for the reference serializer (subclasses become their base type)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        if not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            raise CanonicalError(f"integer {value} is outside the range JSON numbers hold exactly; pass it as a string")
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    raise CanonicalError(f"{type(value).__name__} is not a JSON value")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Serialize ``value`` as RFC 8785 canonical JSON (UTF-8 bytes).
+
+    >>> canonical_json({"b": 1, "a": [5.0, "x"]})
+    b'{"a":[5,"x"],"b":1}'
+    >>> canonical_json({"amount": float("nan")})
+    Traceback (most recent call last):
+    ...
+    agents_loopguard.canonical.CanonicalError: $.amount: nan is not a JSON number (NaN and Infinity are refused)
+    """
+    try:
+        _check(value, "$", 0)
+    except _NeedsReference:
+        try:
+            return rfc8785.dumps(_plain(value))
+        except CanonicalError:
+            raise
+        except (rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError) as exc:
+            raise CanonicalError(str(exc)) from exc
+    except RecursionError as exc:
+        raise CanonicalError("value is nested too deeply or contains itself") from exc
+    try:
+        return _encode(value).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalError("a string contains a lone surrogate, which is not valid Unicode") from exc
+    except ValueError as exc:  # circular reference
+        raise CanonicalError(str(exc)) from exc
+
+
+def fingerprint(tool: str, args: Any) -> str:
+    """The identity of a call: sha256 of the canonical JSON of ``{"tool": tool, "args": args}``.
+
+    Every argument takes part, so two calls differing in any field that changes meaning never share one.
+
+    >>> fingerprint("save", {"amount": 5, "order": 42}) == fingerprint("save", {"order": 42, "amount": 5.0})
+    True
+    """
+    return hashlib.sha256(canonical_json({"tool": tool, "args": args})).hexdigest()
+
+
+# --- redaction -----------------------------------------------------------------------------------------
+
+_SECRET_KEYS = frozenset(
+    {
+        "apikey",
+        "xapikey",
+        "authorization",
+        "proxyauthorization",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "token",
+        "secret",
+        "cookie",
+        "setcookie",
+        "privatekey",
+        "credential",
+        "credentials",
+        "bearer",
+    }
+)
+_SECRET_SUFFIXES = (
+    "password",
+    "secret",
+    "apikey",
+    "accesstoken",
+    "refreshtoken",
+    "authtoken",
+    "sessiontoken",
+    "idtoken",
+    "privatekey",
+    "credentials",
+    "cookie",
+    "signature",
+)
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"),
+    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@ in URLs
+)
+
+
+def _is_secret_key(key: str) -> bool:
+    norm = "".join(ch for ch in key.lower() if ch.isalnum())
+    return norm in _SECRET_KEYS or norm.endswith(_SECRET_SUFFIXES)
+
+
+def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    return text
+
+
+def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
+    """Return a copy of ``value`` fit to be stored: credentials replaced by ``"[redacted]"``.
+
+    Removed: values under credential-like keys (api_key, authorization, password, token, secret, cookie, ...),
+    bearer/basic credentials and ``sk-`` keys inside strings, passwords in URLs, and every value the application
+    registers in ``secrets`` wherever it appears. Hashing is not anonymizing, so nothing is kept as a hash.
+
+    >>> redact({"q": "x", "api_key": "k", "note": "Bearer abc.def.ghi"})
+    {'q': 'x', 'api_key': '[redacted]', 'note': '[redacted]'}
+    """
+    known = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+    return _redact(value, known, 0)
+
+
+def _redact(value: Any, secrets: tuple[str, ...], depth: int) -> Any:
+    if depth > 200:
+        return REDACTED
+    if isinstance(value, str):
+        return _redact_text(value, secrets)
+    if isinstance(value, Mapping):
+        return {
+            str(key): REDACTED if isinstance(key, str) and _is_secret_key(key) else _redact(item, secrets, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_redact(item, secrets, depth + 1) for item in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _redact_text(repr(value), secrets)

@@ -1,0 +1,520 @@
+"""The engine: authorize a model turn, authorize and settle a tool execution, end with one outcome.
+
+Every rule of the guard lives here, once; the adapters (Agents SDK, raw function calling) translate their events into
+these calls and the verdicts back into their framework's behaviour. The engine imports no SDK and does no I/O except
+through its :class:`~agents_loopguard.store.base.Store`.
+
+The cycle of one call::
+
+    guard.begin_turn()            # reserve a model turn (before the model is asked)
+    ticket = guard.authorize(c)   # validate, fingerprint, check ledger/repetition/budget, reserve the execution
+    result = execute(c)           # only when authorize returned a Ticket that is not a replay
+    guard.settle(ticket, result, verify)   # verify evidence, record ledger + progress, decide
+    guard.end(verdict)            # the sticky terminal Outcome
+
+:func:`create_runner` is the article's synchronous prototype built on the same engine.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .budget import Budget, Policy
+from .canonical import CanonicalError, fingerprint, redact
+from .evidence import Effect, Evidence, ResultStatus, parse_evidence, result_status
+from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
+from .store.base import OperationState, Store, TraceEntry
+from .store.memory import MemoryStore
+
+__all__ = ["Call", "Guard", "Kind", "Ticket", "Verdict", "create_runner", "parse_call"]
+
+Kind = Literal["read", "write", "poll", "page"]
+KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class Call:
+    """A proposed tool call, as the guard sees it.
+
+    >>> Call(tool="save", args={"amount": 5}, kind="write", operation_id="order-42-confirm").kind
+    'write'
+    """
+
+    tool: str
+    args: Mapping[str, Any]
+    kind: Kind = "read"
+    """read, write (needs an operation id), poll (asks about an async job), page (reads one page of a listing)."""
+    operation_id: str | None = None
+    """For writes: the stable business action ("confirm order 42 at version 3"), never the model's call id."""
+    call_id: str | None = None
+    """The model's call id, for the trace only."""
+
+
+def parse_call(proposal: Any) -> Call | str:
+    """Turn a proposal (a :class:`Call` or a mapping with tool, kind, args, operation_id) into a :class:`Call`.
+
+    Returns a short explanation instead when the proposal is not a valid call.
+
+    >>> parse_call({"tool": "search", "kind": "read", "args": {"q": "x"}})
+    Call(tool='search', args={'q': 'x'}, kind='read', operation_id=None, call_id=None)
+    >>> parse_call({"tool": "search", "kind": "delete", "args": {}})
+    "kind 'delete' is not one of page, poll, read, write"
+    """
+    tool: Any
+    args: Any
+    kind: Any
+    op: Any
+    call_id: Any
+    if isinstance(proposal, Call):
+        tool, args, kind, op, call_id = (
+            proposal.tool,
+            proposal.args,
+            proposal.kind,
+            proposal.operation_id,
+            proposal.call_id,
+        )
+    elif isinstance(proposal, Mapping):
+        tool, args, kind = proposal.get("tool"), proposal.get("args"), proposal.get("kind")
+        op = proposal.get("operation_id", proposal.get("operationId"))
+        call_id = proposal.get("call_id")
+    else:
+        return f"proposal {type(proposal).__name__} is not a mapping"
+    if not isinstance(tool, str) or not tool:
+        return f"tool {tool!r} is not a non-empty string"
+    if not isinstance(args, Mapping):
+        return f"args {type(args).__name__} is not an object"
+    if not isinstance(kind, str) or kind not in KINDS:
+        return f"kind {kind!r} is not one of {', '.join(sorted(KINDS))}"
+    return Call(
+        tool,
+        args,
+        kind,  # type: ignore[arg-type]  # checked against KINDS above
+        op if isinstance(op, str) else None,  # a non-string id is a missing id, as in the prototype
+        call_id if isinstance(call_id, str) else None,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The guard's decision to end: a status and a reason. :meth:`Guard.end` makes it the terminal outcome."""
+
+    status: Status
+    reason: Reason
+    detail: str = ""
+    operation_id: str | None = None
+    value: Any = field(default=_UNSET, repr=False)
+    """The outcome's value when it is not the last verified result (``completed``: the result that proved done)."""
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """Permission to execute one call (or, for a committed write, its stored result to return instead)."""
+
+    call: Call
+    proposal: Any
+    fingerprint: str
+    revision: int
+    """The task's validated revision when the call was authorized."""
+    replay: bool = False
+    """True for a committed write: do not execute; return :attr:`result`."""
+    result: Any = None
+    used: Usage = field(default_factory=Usage)
+
+
+class Guard:
+    """The guard of one task: reserve before every call, decide from verified evidence, end with one Outcome.
+
+    >>> from agents_loopguard import Budget
+    >>> guard = Guard(budget=Budget(model_turns=5, tool_executions=5), task_id="doc-1")
+    >>> verify = lambda call, result: {"revision": 0, "done": False, "effect": "none"}
+    >>> for _ in range(3):
+    ...     if guard.begin_turn(): break
+    ...     ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": "x"}})
+    ...     if isinstance(ticket, Verdict): break
+    ...     guard.settle(ticket, {"status": "ok", "hits": []}, verify)
+    >>> guard.end(ticket).reason
+    <Reason.SAME_CALL: 'same_call'>
+    """
+
+    def __init__(
+        self,
+        *,
+        budget: Budget,
+        store: Store | None = None,
+        task_id: str | None = None,
+        policy: Policy | None = None,
+        clock: Callable[[], float] = time.time,
+        initial_revision: int = 0,
+        secrets: Iterable[str] = (),
+    ) -> None:
+        self.task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
+        self.budget = budget
+        self.store: Store = store if store is not None else MemoryStore()
+        self.policy = policy or Policy()
+        self.clock = clock
+        self.secrets = tuple(secrets)
+        self.last_good: Any = None
+        self.outcome: Outcome | None = None
+        """The terminal outcome once the guard has ended; every later call returns it."""
+        snapshot = self.store.ensure_task(self.task_id, budget, revision=initial_revision, now=self._now())
+        self.budget = snapshot.budget
+        self.revision = snapshot.revision
+        self.used = snapshot.used
+        if snapshot.outcome is not None:
+            try:
+                self.outcome = RecoveryRecord.from_json(snapshot.outcome).to_outcome()
+            except RecordError as exc:
+                raise RecordError(f"task {self.task_id!r}: {exc}") from exc
+
+    # --- helpers ------------------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return float(self.clock())
+
+    def _terminal(self) -> Verdict | None:
+        if self.outcome is None:
+            return None
+        return Verdict(
+            self.outcome.status, self.outcome.reason, "the guard has already ended", self.outcome.operation_id
+        )
+
+    def _trace(
+        self, call: Call | None, result_class: str, *, at: float, fp: str | None = None, state: str | None = None
+    ) -> TraceEntry:
+        return TraceEntry(
+            kind="tool",
+            tool=call.tool if call else None,
+            args=redact(call.args, secrets=self.secrets) if call else None,
+            result_class=result_class,
+            revision=self.revision,
+            models=self.used.models,
+            tools=self.used.tools,
+            fingerprint=fp,
+            operation_id=call.operation_id if call and call.kind == "write" else None,
+            operation_state=state,
+            at=at,
+        )
+
+    def _refuse(self, call: Call | None, verdict: Verdict, *, at: float, fp: str | None = None) -> Verdict:
+        self.store.append_trace(self.task_id, self._trace(call, f"refused:{verdict.reason}", at=at, fp=fp))
+        return verdict
+
+    def storable(self, value: Any) -> Any:
+        """``value`` as it may be stored: JSON-safe and redacted."""
+        return redact(value, secrets=self.secrets)
+
+    # --- the cycle ----------------------------------------------------------------------------------------
+
+    def begin_turn(self, *, now: float | None = None) -> Verdict | None:
+        """Reserve one model turn before the model is asked. Returns a :class:`Verdict` when it is refused.
+
+        Checks, in order: the deadline, the stop mark, the model budget.
+        """
+        if (done := self._terminal()) is not None:
+            return done
+        at = self._now() if now is None else now
+        if self.budget.expired(at):
+            return Verdict(Status.STOPPED, Reason.DEADLINE, f"deadline {self.budget.deadline} reached at {at}")
+        grant = self.store.reserve_turn(self.task_id, now=at)
+        self.used, self.revision = grant.used, max(self.revision, grant.revision)
+        if not grant.granted:
+            return Verdict(Status.STOPPED, grant.reason or Reason.STOP_REQUESTED, grant.detail)
+        return None
+
+    def authorize(self, proposal: Any, *, now: float | None = None) -> Ticket | Verdict:
+        """Decide whether ``proposal`` may execute, and reserve the execution if so (before it runs).
+
+        Returns a :class:`Ticket` (execute it, or return its stored result when ``replay``) or a :class:`Verdict`
+        that refuses it: invalid_call, missing_operation_id, operation_conflict, unknown_commit (needs
+        reconciliation), deadline, stop_requested, same_call / wait_budget, tool_budget.
+        """
+        if (done := self._terminal()) is not None:
+            return done
+        at = self._now() if now is None else now
+        call = parse_call(proposal)
+        if isinstance(call, str):
+            return self._refuse(None, Verdict(Status.STOPPED, Reason.INVALID_CALL, call), at=at)
+        try:
+            fp = fingerprint(call.tool, call.args)
+        except CanonicalError as exc:
+            return self._refuse(call, Verdict(Status.STOPPED, Reason.INVALID_CALL, str(exc)), at=at)
+        if self.budget.expired(at):
+            return self._refuse(call, Verdict(Status.STOPPED, Reason.DEADLINE, "deadline reached"), at=at, fp=fp)
+        if call.kind == "write":
+            if not call.operation_id:
+                verdict = Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
+                return self._refuse(call, verdict, at=at, fp=fp)
+            existing = self.store.lookup_operation(call.operation_id)
+            if existing is not None:
+                ticket = self._existing_operation(call, proposal, fp, existing.payload, existing.state, existing.result)
+                if ticket is not None:
+                    return ticket if isinstance(ticket, Ticket) else self._refuse(call, ticket, at=at, fp=fp)
+        poll = call.kind == "poll"
+        grant = self.store.reserve_execution(
+            self.task_id,
+            fp,
+            max_repeats=self.policy.max_polls if poll else self.policy.max_same_call,
+            now=at,
+            max_wait=self.policy.max_wait if poll else None,
+            poll=poll,
+        )
+        self.used, self.revision = grant.used, max(self.revision, grant.revision)
+        if not grant.granted:
+            verdict = Verdict(Status.STOPPED, grant.reason or Reason.STOP_REQUESTED, grant.detail)
+            return self._refuse(call, verdict, at=at, fp=fp)
+        if call.kind == "write":
+            assert call.operation_id is not None
+            claim = self.store.reserve_operation(self.task_id, call.operation_id, fp, call.tool, now=at)
+            if not claim.claimed:  # another worker reserved it between our lookup and our reservation
+                rec = claim.record
+                raced = self._existing_operation(call, proposal, fp, rec.payload, rec.state, rec.result)
+                if isinstance(raced, Ticket):
+                    return raced
+                verdict = raced or Verdict(
+                    Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT, "reserved by another worker", call.operation_id
+                )
+                return self._refuse(call, verdict, at=at, fp=fp)
+        return Ticket(call, proposal, fp, grant.revision, used=grant.used)
+
+    def _existing_operation(
+        self, call: Call, proposal: Any, fp: str, payload: str, state: OperationState, result: Any
+    ) -> Ticket | Verdict | None:
+        """The rule for a write whose operation id is already in the ledger (None: it may execute again)."""
+        if payload != fp:
+            return Verdict(
+                Status.STOPPED,
+                Reason.OPERATION_CONFLICT,
+                f"operation {call.operation_id!r} already names another payload",
+                call.operation_id,
+            )
+        if state is OperationState.COMMITTED:
+            return Ticket(call, proposal, fp, self.revision, replay=True, result=result, used=self.used)
+        if state is OperationState.UNKNOWN:
+            return Verdict(
+                Status.NEEDS_RECONCILIATION,
+                Reason.UNKNOWN_COMMIT,
+                f"operation {call.operation_id!r} has an unknown result: query the receiver before sending it again",
+                call.operation_id,
+            )
+        return None  # not_committed: a verified non-execution may be retried within the budget
+
+    def fail(self, ticket: Ticket, error: BaseException, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Verdict:
+        """The executor raised (or timed out): a write stays ``unknown`` and needs reconciliation; a read stops."""
+        call = ticket.call
+        write = call.kind == "write"
+        state = str(OperationState.UNKNOWN) if write else None
+        self.store.append_trace(
+            self.task_id,
+            self._trace(call, f"exception:{type(error).__name__}", at=self._now(), fp=ticket.fingerprint, state=state),
+        )
+        status = Status.NEEDS_RECONCILIATION if write else Status.STOPPED
+        detail = redact(f"{type(error).__name__}: {error}", secrets=self.secrets)
+        return Verdict(status, reason, detail, call.operation_id if write else None)
+
+    def settle(self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any]) -> Verdict | None:
+        """Validate ``result`` and ``verify(proposal, result)``; record the ledger and progress; decide.
+
+        Returns ``None`` to continue, or a :class:`Verdict`: invalid_result, invalid_evidence, unknown_commit,
+        deadline, fatal, approval (needs_human), validated_done (completed), retry_after_commit, cursor_cycle,
+        no_progress. ``verify`` is the application's trusted check; if it raises or returns garbage, the evidence
+        is invalid (never an exception out of the guard).
+        """
+        call = ticket.call
+        write = call.kind == "write"
+        lost = Status.NEEDS_RECONCILIATION if write else Status.STOPPED
+        op_id = call.operation_id if write else None
+        status = result_status(result)
+        if status is None:
+            at = self._now()
+            self.store.append_trace(self.task_id, self._trace(call, "invalid_result", at=at, fp=ticket.fingerprint))
+            return Verdict(lost, Reason.INVALID_RESULT, "the executor returned no valid status", op_id)
+        try:
+            raw = verify(ticket.proposal, result)
+        except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
+            raw = None
+            problem: Evidence | str = f"verify raised {type(exc).__name__}"
+        else:
+            problem = parse_evidence(raw, status=status, current_revision=ticket.revision)
+        if isinstance(problem, str):
+            at = self._now()
+            self.store.append_trace(self.task_id, self._trace(call, "invalid_evidence", at=at, fp=ticket.fingerprint))
+            return Verdict(lost, Reason.INVALID_EVIDENCE, problem, op_id)
+        evidence = problem
+        if write and (
+            evidence.effect not in (Effect.COMMITTED, Effect.NOT_COMMITTED)
+            or (ticket.replay and evidence.effect is not Effect.COMMITTED)
+            or (evidence.done and evidence.effect is not Effect.COMMITTED)
+        ):
+            at = self._now()
+            self.store.append_trace(
+                self.task_id,
+                self._trace(call, "unknown_effect", at=at, fp=ticket.fingerprint, state=str(OperationState.UNKNOWN)),
+            )
+            return Verdict(
+                Status.NEEDS_RECONCILIATION,
+                Reason.UNKNOWN_COMMIT,
+                f"the write's effect is {evidence.effect}: not proven committed or not committed",
+                op_id,
+            )
+        at = self._now()
+        early: Verdict | None = None
+        if self.budget.expired(at):
+            early = Verdict(Status.STOPPED, Reason.DEADLINE, "deadline passed during the execution")
+        elif status is ResultStatus.FATAL:
+            early = Verdict(Status.STOPPED, Reason.FATAL, "the executor reported a fatal result")
+        elif status is ResultStatus.NEEDS_HUMAN:
+            early = Verdict(Status.NEEDS_HUMAN, Reason.APPROVAL, "the executor asked for a human")
+        page = call.kind == "page" and early is None
+        seen = ([f"cursor:{evidence.cursor}"] if page and evidence.cursor is not None else []) + (
+            [f"record:{r}" for r in evidence.records] if page else []
+        )
+        operation = (op_id, OperationState(evidence.effect.value), self.storable(result)) if write and op_id else None
+        result_class = "cached" if ticket.replay else str(status)
+        progress = self.store.record_execution(
+            self.task_id,
+            self._trace(
+                call, result_class, at=at, fp=ticket.fingerprint, state=str(evidence.effect) if write else None
+            ),
+            revision=None if early else evidence.revision,
+            pending=evidence.pending and call.kind == "poll",
+            operation=operation,
+            seen=seen,
+        )
+        self.used = progress.used
+        if early is not None:
+            return early
+        if status is ResultStatus.OK:
+            self.last_good = result
+        self.revision = max(self.revision, progress.revision)
+        if evidence.done:
+            return Verdict(
+                Status.COMPLETED, Reason.VALIDATED_DONE, "the application validated the task as done", value=result
+            )
+        if status is ResultStatus.RETRYABLE and write and evidence.effect is not Effect.NOT_COMMITTED:
+            return Verdict(
+                Status.NEEDS_RECONCILIATION,
+                Reason.RETRY_AFTER_COMMIT,
+                "a retryable failure of a write that committed: do not send it again",
+                op_id,
+            )
+        if page:
+            cursor_seen = bool(evidence.cursor is not None and progress.seen_before and progress.seen_before[0])
+            record_flags = progress.seen_before[1:] if evidence.cursor is not None else progress.seen_before
+            if cursor_seen:
+                return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, f"cursor {evidence.cursor!r} was seen before")
+            if record_flags and all(record_flags):
+                return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, "every record on this page was seen before")
+        if progress.stalled >= self.policy.max_stalled:
+            return Verdict(
+                Status.STOPPED,
+                Reason.NO_PROGRESS,
+                f"{progress.stalled} verified results in a row without the revision advancing",
+            )
+        return None
+
+    def end(
+        self,
+        verdict: Verdict,
+        *,
+        in_flight: Sequence[str] = (),
+        pause_id: str | None = None,
+        result: Any = None,
+    ) -> Outcome:
+        """Make ``verdict`` the terminal outcome (sticky: once ended, every call returns the first outcome)."""
+        if self.outcome is not None:
+            return self.outcome
+        snapshot = self.store.task(self.task_id)
+        if snapshot is not None:
+            self.used = snapshot.used
+            self.revision = max(self.revision, snapshot.revision)
+        outcome = Outcome(
+            status=verdict.status,
+            reason=verdict.reason,
+            task_id=self.task_id,
+            revision=self.revision,
+            value=self.last_good if verdict.value is _UNSET else verdict.value,
+            used=self.used,
+            operation_id=verdict.operation_id,
+            detail=verdict.detail,
+            in_flight=tuple(in_flight),
+            pause_id=pause_id,
+            result=result,
+        )
+        self.store.finish(self.task_id, outcome.record().to_dict(), now=self._now())
+        self.outcome = outcome
+        return outcome
+
+    def finish(self, status: Status, reason: Reason, detail: str = "", **kwargs: Any) -> Outcome:
+        """Shortcut for ``end(Verdict(status, reason, detail), ...)``."""
+        return self.end(Verdict(status, reason, detail), **kwargs)
+
+
+def create_runner(
+    *,
+    budget: Budget,
+    ledger: Store | None = None,
+    now: Callable[[], float] = time.time,
+    execute: Callable[[Any], Any],
+    verify: Callable[[Any, Any], Any],
+    initial_revision: int = 0,
+    policy: Policy | None = None,
+    task_id: str | None = None,
+    secrets: Iterable[str] = (),
+) -> Callable[[Iterable[Any]], Outcome]:
+    """The article's synchronous runner: ``run(proposals) -> Outcome``, built on :class:`Guard`.
+
+    Each proposal reserves one model turn, then goes through the guard; ``execute(proposal)`` runs only when the
+    guard allows it, and ``verify(proposal, result)`` decides progress. A finished runner returns the same outcome.
+
+    >>> from agents_loopguard import Budget
+    >>> run = create_runner(
+    ...     budget=Budget(model_turns=6, tool_executions=4, deadline=100), now=lambda: 0,
+    ...     execute=lambda call: {"status": "ok", "receipt": "r-1"},
+    ...     verify=lambda call, result: {"revision": 1, "done": True, "effect": "committed"})
+    >>> save = {"tool": "save", "kind": "write", "operation_id": "order-42-confirm", "args": {"amount": 5}}
+    >>> outcome = run([save, save])
+    >>> outcome.status, outcome.reason, outcome.used.tools
+    (<Status.COMPLETED: 'completed'>, <Reason.VALIDATED_DONE: 'validated_done'>, 1)
+    >>> run([save]) is outcome
+    True
+    """
+    guard = Guard(
+        budget=budget,
+        store=ledger,
+        task_id=task_id,
+        policy=policy,
+        clock=now,
+        initial_revision=initial_revision,
+        secrets=secrets,
+    )
+
+    def run(proposals: Iterable[Any]) -> Outcome:
+        if guard.outcome is not None:
+            return guard.outcome
+        for proposal in proposals:
+            at = guard._now()
+            refused = guard.begin_turn(now=at)
+            if refused is not None:
+                return guard.end(refused)
+            ticket = guard.authorize(proposal, now=at)
+            if isinstance(ticket, Verdict):
+                return guard.end(ticket)
+            if ticket.replay:
+                result = ticket.result
+            else:
+                try:
+                    result = execute(proposal)
+                except Exception as exc:
+                    return guard.end(guard.fail(ticket, exc))
+            verdict = guard.settle(ticket, result, verify)
+            if verdict is not None:
+                return guard.end(verdict)
+        return guard.end(Verdict(Status.PARTIAL, Reason.PLAN_EXHAUSTED, "no proposal left and the task is not done"))
+
+    run.guard = guard  # type: ignore[attr-defined]
+    return run

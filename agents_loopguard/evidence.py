@@ -1,0 +1,162 @@
+"""What the application's trusted ``verify(call, result)`` returns, and the rules that validate it.
+
+Progress is what the application verifies, never what the model claims: an integer revision that never goes back,
+``done``, and the effect of a write. A poll may say ``pending``; a page may name its next cursor and its records.
+Anything else a verifier returns (``None``, a string, a negative revision, ``done`` on a failed result...) is
+*invalid evidence*, which ends the run instead of raising.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+__all__ = ["Effect", "Evidence", "ResultStatus", "parse_evidence", "result_status"]
+
+_MAX_SAFE_INT = 2**53 - 1
+
+
+class Effect(str, Enum):
+    """The effect a call had on the outside world, as the application verified it."""
+
+    NONE = "none"
+    COMMITTED = "committed"
+    NOT_COMMITTED = "not_committed"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ResultStatus(str, Enum):
+    """The class of an executor's result."""
+
+    OK = "ok"
+    RETRYABLE = "retryable"
+    FATAL = "fatal"
+    NEEDS_HUMAN = "needs_human"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Verified facts about one result.
+
+    >>> Evidence(revision=1, done=True, effect=Effect.COMMITTED)
+    Evidence(revision=1, done=True, effect=<Effect.COMMITTED: 'committed'>, pending=False, cursor=None, records=())
+    """
+
+    revision: int
+    """The application's revision after this result; it never goes back."""
+    done: bool
+    """True when the application validated that the whole task is done (only with an ok result)."""
+    effect: Effect = Effect.NONE
+    """For writes: committed, not_committed or unknown. Reads say none."""
+    pending: bool = False
+    """For polls: the job is still running. Pending is not progress and not a stall; the wait policy bounds it."""
+    cursor: str | None = None
+    """For pages: the next cursor. A cursor seen before is a cycle."""
+    records: tuple[str, ...] = ()
+    """For pages: ids of the records on this page. A page whose records were all seen before is a cycle."""
+
+
+def _field(raw: Any, name: str) -> Any:
+    if isinstance(raw, Mapping):
+        return raw.get(name)
+    return getattr(raw, name, None)
+
+
+def _truthy(raw: Any) -> bool:
+    """JavaScript truthiness, which the prototype's ``!checked`` / ``!result`` use."""
+    if raw is None or raw is False:
+        return False
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return raw != 0 and not (isinstance(raw, float) and math.isnan(raw))
+    if isinstance(raw, str):
+        return raw != ""
+    return True
+
+
+def result_status(result: Any) -> ResultStatus | None:
+    """The status of an executor result (mapping or object with ``status``), or ``None`` if it has no valid one.
+
+    >>> result_status({"status": "ok"}), result_status("garbage")
+    (<ResultStatus.OK: 'ok'>, None)
+    """
+    if not _truthy(result):
+        return None
+    status = _field(result, "status")
+    if isinstance(status, ResultStatus):
+        return status
+    if type(status) is str:
+        try:
+            return ResultStatus(status)
+        except ValueError:
+            return None
+    return None
+
+
+def _revision(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and abs(value) <= _MAX_SAFE_INT:
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= _MAX_SAFE_INT:
+        return int(value)
+    return None
+
+
+def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> Evidence | str:
+    """Validate what ``verify`` returned; return :class:`Evidence` or a short explanation of why it is invalid.
+
+    >>> parse_evidence({"revision": 2, "done": False, "effect": "none"}, status=ResultStatus.OK, current_revision=1)
+    Evidence(revision=2, done=False, effect=<Effect.NONE: 'none'>, pending=False, cursor=None, records=())
+    >>> parse_evidence({"revision": 0, "done": False, "effect": "none"}, status=ResultStatus.OK, current_revision=1)
+    'revision 0 goes back from 1'
+    """
+    if isinstance(raw, Evidence):
+        raw_revision, done, effect_raw = raw.revision, raw.done, raw.effect
+    else:
+        if not _truthy(raw):
+            return f"verify returned {raw!r}"
+        raw_revision, done, effect_raw = _field(raw, "revision"), _field(raw, "done"), _field(raw, "effect")
+    revision = _revision(raw_revision)
+    if revision is None:
+        return f"revision {raw_revision!r} is not a safe integer"
+    if revision < current_revision:
+        return f"revision {revision} goes back from {current_revision}"
+    if not isinstance(done, bool):
+        return f"done {done!r} is not a boolean"
+    try:
+        effect = Effect(effect_raw) if isinstance(effect_raw, str) else None
+    except ValueError:
+        effect = None
+    if effect is None:
+        return f"effect {effect_raw!r} is not one of none, committed, not_committed, unknown"
+    if done and status is not ResultStatus.OK:
+        return f"done with a {status} result"
+    if isinstance(raw, Evidence):
+        pending, cursor, records_raw = raw.pending, raw.cursor, raw.records
+    else:
+        pending = _field(raw, "pending") or False
+        cursor = _field(raw, "cursor")
+        records_raw = _field(raw, "records") or ()
+    if not isinstance(pending, bool):
+        return f"pending {pending!r} is not a boolean"
+    if pending and done:
+        return "pending and done at once"
+    if cursor is not None and not isinstance(cursor, str):
+        return f"cursor {cursor!r} is not a string"
+    if isinstance(records_raw, (str, bytes)) or not isinstance(records_raw, (list, tuple)):
+        return f"records {records_raw!r} is not a list of ids"
+    records = []
+    for record in records_raw:
+        if isinstance(record, bool) or not isinstance(record, (str, int)):
+            return f"record id {record!r} is not a string or integer"
+        records.append(str(record))
+    return Evidence(revision=revision, done=done, effect=effect, pending=pending, cursor=cursor, records=tuple(records))

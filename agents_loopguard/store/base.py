@@ -1,0 +1,258 @@
+"""The store interface: the only place with I/O, made of atomic operations (never get-then-set).
+
+A store keeps, per task, the budget and its counters, the validated revision and stall count, the stop mark, the
+repetition counts, the seen cursors and records, the trace and the terminal outcome; and, across tasks, the operation
+ledger keyed by the business operation id. Each method is one atomic step: a reservation either happens entirely
+or is refused with a reason, so two workers can never both take the last unit of a budget or the same operation.
+
+Implementations: :class:`~agents_loopguard.store.memory.MemoryStore` (one process) and
+:class:`~agents_loopguard.store.sql.SQLStore` (SQLite file or PostgreSQL, shared by many workers).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..budget import Budget
+from ..outcome import Reason, Usage
+
+__all__ = [
+    "Grant",
+    "OperationClaim",
+    "OperationRecord",
+    "OperationState",
+    "Progress",
+    "Store",
+    "StoreError",
+    "TaskSnapshot",
+    "TraceEntry",
+]
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked (wrong schema version, unknown task, tampered record...)."""
+
+
+class OperationState(str, Enum):
+    """The state of a write in the ledger."""
+
+    UNKNOWN = "unknown"
+    """Reserved; the write may or may not have happened. Blocks re-sending until reconciled."""
+    COMMITTED = "committed"
+    """Verified as done; its stored result is returned instead of executing again."""
+    NOT_COMMITTED = "not_committed"
+    """Verified as not done; it may be retried within the remaining budget."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class OperationRecord:
+    """One business operation in the ledger."""
+
+    operation_id: str
+    task_id: str
+    tool: str
+    payload: str
+    """Fingerprint of the canonical call; the same id with another payload is a conflict."""
+    state: OperationState
+    result: Any = None
+    """The stored (redacted) result of a committed operation."""
+    attempts: int = 1
+    """Times this operation was reserved for execution."""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class OperationClaim:
+    """The answer to :meth:`Store.reserve_operation`."""
+
+    claimed: bool
+    """True when this caller now owns the execution (the record is ``unknown`` and was created or re-opened)."""
+    record: OperationRecord
+    """The record after the call: the caller's own reservation, or the one that was already there."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The answer to a reservation: granted, or refused with a reason."""
+
+    granted: bool
+    reason: Reason | None = None
+    used: Usage = field(default_factory=Usage)
+    """Counters after the reservation (or at the refusal)."""
+    revision: int = 0
+    """The task's validated revision when the reservation was decided."""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The task's progress after recording a result."""
+
+    revision: int
+    stalled: int
+    """Verified results in a row without the revision advancing."""
+    seen_before: tuple[bool, ...] = ()
+    """For each key passed in ``seen``: whether the task had seen it already."""
+    used: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """A task as the store holds it."""
+
+    task_id: str
+    budget: Budget
+    used: Usage
+    revision: int
+    stalled: int
+    status: str
+    """``running`` or the terminal status of its outcome."""
+    stop_reason: str | None
+    outcome: dict[str, Any] | None
+    """The stored recovery record of the terminal outcome, if any."""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One guarded step, as stored (arguments normalized and redacted)."""
+
+    kind: str
+    """``model`` or ``tool``."""
+    tool: str | None = None
+    args: Any = None
+    result_class: str = ""
+    """ok, retryable, fatal, needs_human, refused:<reason>, exception, cached..."""
+    revision: int = 0
+    models: int = 0
+    tools: int = 0
+    fingerprint: str | None = None
+    operation_id: str | None = None
+    operation_state: str | None = None
+    at: float = 0.0
+    seq: int = 0
+
+
+class Store(abc.ABC):
+    """The persistence interface of the guard. Every method is atomic."""
+
+    # --- tasks and counters -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
+        """Create the task with this budget if it does not exist; return it (an existing task keeps its budget)."""
+
+    @abc.abstractmethod
+    def task(self, task_id: str) -> TaskSnapshot | None:
+        """The task, or ``None``."""
+
+    @abc.abstractmethod
+    def tasks(self) -> list[TaskSnapshot]:
+        """Every task, oldest first."""
+
+    @abc.abstractmethod
+    def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
+        """Reserve one model turn: refused (stop_requested, model_budget) when stopped, finished or exhausted."""
+
+    @abc.abstractmethod
+    def reserve_execution(
+        self,
+        task_id: str,
+        fingerprint: str,
+        *,
+        max_repeats: int,
+        now: float = 0.0,
+        max_wait: float | None = None,
+        poll: bool = False,
+    ) -> Grant:
+        """Reserve one tool execution of ``fingerprint`` at the task's current revision.
+
+        Refused, in this order: stop_requested (stop mark or finished task); same_call (or wait_budget for a poll)
+        when the fingerprint already ran ``max_repeats`` times at this revision, or a poll has waited ``max_wait``;
+        tool_budget when the execution limit is reached. A grant counts the execution and the repetition together.
+        """
+
+    @abc.abstractmethod
+    def reserve_cost(self, task_id: str, amount: float) -> Grant:
+        """Reserve ``amount`` of money against the task's cost budget; refused (cost_budget) if it would exceed."""
+
+    @abc.abstractmethod
+    def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
+        """Replace a reservation of ``reserved`` by the ``actual`` cost."""
+
+    # --- the operation ledger ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def lookup_operation(self, operation_id: str) -> OperationRecord | None:
+        """The ledger record of an operation, or ``None``."""
+
+    @abc.abstractmethod
+    def reserve_operation(
+        self, task_id: str, operation_id: str, payload: str, tool: str, *, now: float = 0.0
+    ) -> OperationClaim:
+        """Atomically reserve an operation as ``unknown`` before it executes.
+
+        Claimed when the id is new, or when it is ``not_committed`` with the same payload (a verified retry).
+        Otherwise the existing record is returned unclaimed (committed, unknown, or another payload).
+        """
+
+    @abc.abstractmethod
+    def operations(self, task_id: str | None = None) -> list[OperationRecord]:
+        """Ledger records, of one task or of all."""
+
+    @abc.abstractmethod
+    def reconcile_operation(
+        self, operation_id: str, state: OperationState, result: Any = None, *, now: float = 0.0
+    ) -> OperationRecord:
+        """Record what the receiving system says about an ``unknown`` operation (committed/not_committed).
+
+        Raises :class:`StoreError` if the operation does not exist or is not ``unknown``.
+        """
+
+    # --- results and progress ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def record_execution(
+        self,
+        task_id: str,
+        entry: TraceEntry,
+        *,
+        revision: int | None,
+        pending: bool = False,
+        operation: tuple[str, OperationState, Any] | None = None,
+        seen: Sequence[str] = (),
+    ) -> Progress:
+        """Record a result in one step: the trace entry, the ledger state of its write, and the progress.
+
+        ``revision`` None records no progress (the run is ending before the progress rule applies). Otherwise the
+        revision is raised to ``max(current, revision)``; the stall count resets when it advanced, stays when the
+        poll was ``pending``, and grows by one otherwise. ``seen`` keys (cursors, record ids) are remembered and
+        reported as seen before or not.
+        """
+
+    @abc.abstractmethod
+    def append_trace(self, task_id: str, entry: TraceEntry) -> None:
+        """Append a trace entry that records no progress (a refusal, a model turn's answer...)."""
+
+    @abc.abstractmethod
+    def trace(self, task_id: str) -> list[TraceEntry]:
+        """The task's trace in order."""
+
+    # --- stop mark and terminal outcome -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
+        """Set the stop mark: every later reservation of the task, by any worker, is refused."""
+
+    @abc.abstractmethod
+    def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
+        """Store the terminal recovery record if the task has none yet; return the one stored (first wins)."""

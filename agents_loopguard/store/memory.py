@@ -1,0 +1,281 @@
+"""An in-process store for tests and single scripts. Atomic under one lock; gone when the process ends."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..budget import Budget
+from ..outcome import Reason, Usage
+from .base import (
+    Grant,
+    OperationClaim,
+    OperationRecord,
+    OperationState,
+    Progress,
+    Store,
+    StoreError,
+    TaskSnapshot,
+    TraceEntry,
+)
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Task:
+    task_id: str
+    budget: Budget
+    revision: int
+    created_at: float
+    models: int = 0
+    tools: int = 0
+    cost: float = 0.0
+    stalled: int = 0
+    status: str = "running"
+    stop_reason: str | None = None
+    outcome: dict[str, Any] | None = None
+    updated_at: float = 0.0
+    repeats: dict[str, list[float]] = field(default_factory=dict)  # key -> [count, first_at]
+    seen: set[str] = field(default_factory=set)
+    trace: list[TraceEntry] = field(default_factory=list)
+
+    def usage(self) -> Usage:
+        return Usage(self.models, self.tools, self.cost)
+
+    def snapshot(self) -> TaskSnapshot:
+        return TaskSnapshot(
+            task_id=self.task_id,
+            budget=self.budget,
+            used=self.usage(),
+            revision=self.revision,
+            stalled=self.stalled,
+            status=self.status,
+            stop_reason=self.stop_reason,
+            outcome=copy.deepcopy(self.outcome),
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+    def blocked(self) -> Grant | None:
+        if self.stop_reason is not None or self.status != "running":
+            detail = f"stop mark: {self.stop_reason}" if self.stop_reason else f"task already {self.status}"
+            return Grant(False, Reason.STOP_REQUESTED, self.usage(), self.revision, detail)
+        return None
+
+
+class MemoryStore(Store):
+    """A :class:`~agents_loopguard.store.base.Store` in a dict, for one process.
+
+    >>> from agents_loopguard import Budget
+    >>> store = MemoryStore()
+    >>> _ = store.ensure_task("t1", Budget(model_turns=1, tool_executions=1))
+    >>> store.reserve_turn("t1").granted, store.reserve_turn("t1").reason
+    (True, <Reason.MODEL_BUDGET: 'model_budget'>)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._tasks: dict[str, _Task] = {}
+        self._operations: dict[str, OperationRecord] = {}
+
+    def _task(self, task_id: str) -> _Task:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise StoreError(f"unknown task {task_id!r}: call ensure_task first") from None
+
+    # tasks and counters
+
+    def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                task = self._tasks[task_id] = _Task(task_id, budget, revision, created_at=now, updated_at=now)
+            return task.snapshot()
+
+    def task(self, task_id: str) -> TaskSnapshot | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return task.snapshot() if task else None
+
+    def tasks(self) -> list[TaskSnapshot]:
+        with self._lock:
+            return [t.snapshot() for t in self._tasks.values()]
+
+    def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
+        with self._lock:
+            task = self._task(task_id)
+            refusal = task.blocked()
+            if refusal:
+                return refusal
+            if task.models >= task.budget.model_turns:
+                return Grant(False, Reason.MODEL_BUDGET, task.usage(), task.revision)
+            task.models += 1
+            task.updated_at = now
+            task.trace.append(
+                TraceEntry(
+                    kind="model",
+                    result_class="reserved",
+                    revision=task.revision,
+                    models=task.models,
+                    tools=task.tools,
+                    at=now,
+                    seq=len(task.trace) + 1,
+                )
+            )
+            return Grant(True, None, task.usage(), task.revision)
+
+    def reserve_execution(
+        self,
+        task_id: str,
+        fingerprint: str,
+        *,
+        max_repeats: int,
+        now: float = 0.0,
+        max_wait: float | None = None,
+        poll: bool = False,
+    ) -> Grant:
+        with self._lock:
+            task = self._task(task_id)
+            refusal = task.blocked()
+            if refusal:
+                return refusal
+            key = f"{fingerprint}@{task.revision}"
+            count, first_at = task.repeats.get(key, (0, now))
+            if count >= max_repeats:
+                return Grant(False, Reason.WAIT_BUDGET if poll else Reason.SAME_CALL, task.usage(), task.revision)
+            if poll and max_wait is not None and count and now - first_at >= max_wait:
+                return Grant(False, Reason.WAIT_BUDGET, task.usage(), task.revision, "waited past max_wait")
+            if task.tools >= task.budget.tool_executions:
+                return Grant(False, Reason.TOOL_BUDGET, task.usage(), task.revision)
+            task.repeats[key] = [count + 1, first_at]
+            task.tools += 1
+            task.updated_at = now
+            return Grant(True, None, task.usage(), task.revision)
+
+    def reserve_cost(self, task_id: str, amount: float) -> Grant:
+        with self._lock:
+            task = self._task(task_id)
+            refusal = task.blocked()
+            if refusal:
+                return refusal
+            limit = task.budget.cost
+            if limit is not None and task.cost + amount > limit:
+                return Grant(False, Reason.COST_BUDGET, task.usage(), task.revision)
+            task.cost += amount
+            return Grant(True, None, task.usage(), task.revision)
+
+    def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
+        with self._lock:
+            task = self._task(task_id)
+            task.cost = max(0.0, task.cost - reserved + actual)
+            return task.usage()
+
+    # the operation ledger
+
+    def lookup_operation(self, operation_id: str) -> OperationRecord | None:
+        with self._lock:
+            return self._operations.get(operation_id)
+
+    def reserve_operation(
+        self, task_id: str, operation_id: str, payload: str, tool: str, *, now: float = 0.0
+    ) -> OperationClaim:
+        with self._lock:
+            old = self._operations.get(operation_id)
+            if old is None:
+                record = OperationRecord(
+                    operation_id, task_id, tool, payload, OperationState.UNKNOWN, None, 1, now, now
+                )
+                self._operations[operation_id] = record
+                return OperationClaim(True, record)
+            if old.state is OperationState.NOT_COMMITTED and old.payload == payload:
+                record = replace(
+                    old, state=OperationState.UNKNOWN, result=None, attempts=old.attempts + 1, updated_at=now
+                )
+                self._operations[operation_id] = record
+                return OperationClaim(True, record)
+            return OperationClaim(False, old)
+
+    def operations(self, task_id: str | None = None) -> list[OperationRecord]:
+        with self._lock:
+            return [r for r in self._operations.values() if task_id is None or r.task_id == task_id]
+
+    def reconcile_operation(
+        self, operation_id: str, state: OperationState, result: Any = None, *, now: float = 0.0
+    ) -> OperationRecord:
+        state = OperationState(state)
+        with self._lock:
+            old = self._operations.get(operation_id)
+            if old is None:
+                raise StoreError(f"unknown operation {operation_id!r}")
+            if old.state is not OperationState.UNKNOWN:
+                raise StoreError(f"operation {operation_id!r} is {old.state}, not unknown: nothing to reconcile")
+            if state is OperationState.UNKNOWN:
+                return old
+            record = replace(old, state=state, result=copy.deepcopy(result), updated_at=now)
+            self._operations[operation_id] = record
+            return record
+
+    # results and progress
+
+    def record_execution(
+        self,
+        task_id: str,
+        entry: TraceEntry,
+        *,
+        revision: int | None,
+        pending: bool = False,
+        operation: tuple[str, OperationState, Any] | None = None,
+        seen: Sequence[str] = (),
+    ) -> Progress:
+        with self._lock:
+            task = self._task(task_id)
+            if operation is not None:
+                op_id, state, result = operation
+                old = self._operations.get(op_id)
+                if old is not None:
+                    self._operations[op_id] = replace(
+                        old, state=OperationState(state), result=copy.deepcopy(result), updated_at=entry.at
+                    )
+            if revision is not None:
+                if revision > task.revision:
+                    task.revision, task.stalled = revision, 0
+                elif not pending:
+                    task.stalled += 1
+            seen_before = tuple(key in task.seen for key in seen)
+            task.seen.update(seen)
+            task.trace.append(replace(entry, seq=len(task.trace) + 1))
+            task.updated_at = entry.at
+            return Progress(task.revision, task.stalled, seen_before, task.usage())
+
+    def append_trace(self, task_id: str, entry: TraceEntry) -> None:
+        with self._lock:
+            task = self._task(task_id)
+            task.trace.append(replace(entry, seq=len(task.trace) + 1))
+
+    def trace(self, task_id: str) -> list[TraceEntry]:
+        with self._lock:
+            return list(self._task(task_id).trace)
+
+    # stop mark and terminal outcome
+
+    def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
+        with self._lock:
+            task = self._task(task_id)
+            if task.stop_reason is None:
+                task.stop_reason = reason or "stop_requested"
+                task.updated_at = now
+            return task.snapshot()
+
+    def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
+        with self._lock:
+            task = self._task(task_id)
+            if task.outcome is None:
+                task.outcome = copy.deepcopy(record)
+                task.status = str(record.get("status", "stopped"))
+                task.updated_at = now
+            return copy.deepcopy(task.outcome)
