@@ -7,7 +7,9 @@ in the store. Every counter is *reserved before* the call it pays for, and a cal
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Budget", "Policy"]
 
@@ -38,6 +40,32 @@ class Budget:
             raise ValueError(f"Budget.deadline must be a finite number or None, got {self.deadline!r}")
         if self.cost is not None and (not math.isfinite(self.cost) or self.cost < 0):
             raise ValueError(f"Budget.cost must be a non-negative finite number or None, got {self.cost!r}")
+
+    def extended(self, delta: Mapping[str, Any]) -> Budget:
+        """The budget after an explicit, recorded extension: counts and cost are added, a deadline is replaced.
+
+        Limits only grow; counters are not part of a budget, so an extension never resets them.
+
+        >>> Budget(model_turns=6, tool_executions=4).extended({"model_turns": 2})
+        Budget(model_turns=8, tool_executions=4, deadline=None, cost=None)
+        """
+        unknown = set(delta) - {"model_turns", "tool_executions", "cost", "deadline"}
+        if unknown:
+            raise ValueError(f"budget extension has unknown keys {sorted(unknown)}")
+        for key in ("model_turns", "tool_executions", "cost"):
+            value = delta.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"budget extension {key!r} must be a non-negative number (limits only grow)")
+        if "cost" in delta:
+            cost: float | None = (self.cost or 0.0) + float(delta["cost"])
+        else:
+            cost = self.cost
+        return Budget(
+            model_turns=self.model_turns + int(delta.get("model_turns", 0)),
+            tool_executions=self.tool_executions + int(delta.get("tool_executions", 0)),
+            deadline=delta.get("deadline", self.deadline),
+            cost=cost,
+        )
 
     def expired(self, now: float) -> bool:
         """True when ``now`` is at or past the deadline."""

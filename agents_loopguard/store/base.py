@@ -21,20 +21,28 @@ from ..budget import Budget
 from ..outcome import Reason, Usage
 
 __all__ = [
+    "Activation",
     "Grant",
     "OperationClaim",
     "OperationRecord",
     "OperationState",
+    "PauseAlreadyResumed",
+    "PauseRecord",
     "Progress",
     "Store",
     "StoreError",
     "TaskSnapshot",
     "TraceEntry",
+    "TransitionRecord",
 ]
 
 
 class StoreError(RuntimeError):
     """The store cannot be used as asked (wrong schema version, unknown task, tampered record...)."""
+
+
+class PauseAlreadyResumed(StoreError):
+    """The pause was already resumed (or is being resumed by another process): it resumes at most once."""
 
 
 class OperationState(str, Enum):
@@ -140,6 +148,65 @@ class TraceEntry:
     operation_state: str | None = None
     at: float = 0.0
     seq: int = 0
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One activation of a workflow, as :meth:`Store.activate` recorded it."""
+
+    granted: bool
+    activation_id: str
+    flow: str
+    chain_id: str
+    """The activation that started this chain (itself, for an activation from outside)."""
+    depth: int
+    """0 for an activation from outside; n+1 when the origin was an effect of an activation at depth n."""
+    origin_operation_id: str | None = None
+    reason: Reason | None = None
+    duplicate: bool = False
+    """True when this activation id was already recorded (the same event delivered twice)."""
+
+
+@dataclass(frozen=True)
+class PauseRecord:
+    """An approval pause: the SDK's state, stored with the task's budget and counters at that moment."""
+
+    pause_id: str
+    task_id: str
+    status: str
+    """``pending`` until claimed, then ``resumed``."""
+    state: str
+    """The serialized run state (for the Agents SDK: ``RunState.to_json()`` as text)."""
+    digest: str
+    """sha256 of the state and the pending calls; a stored pause whose digest does not match is refused."""
+    pending_calls: tuple[dict[str, Any], ...]
+    """Calls awaiting a decision: call_id, tool, arguments (canonical JSON text), operation_id."""
+    budget: Budget
+    used: Usage
+    created_at: float = 0.0
+    resumed_at: float | None = None
+    resumed_by: str | None = None
+    decisions: dict[str, str] = field(default_factory=dict)
+    """call_id -> ``approve`` or ``reject``, once resumed."""
+
+
+@dataclass(frozen=True)
+class TransitionRecord:
+    """An explicit, recorded step that reopens a finished task (a resume, a recovery, a reconciliation)."""
+
+    transition_id: str
+    task_id: str
+    kind: str
+    """``resume`` (of a pause), ``recover`` (from stopped/partial), ``reconcile`` (an operation's answer)."""
+    who: str
+    why: str = ""
+    at: float = 0.0
+    pause_id: str | None = None
+    from_outcome: dict[str, Any] | None = None
+    """The recovery record the task had before this transition."""
+    decisions: dict[str, str] = field(default_factory=dict)
+    budget_delta: dict[str, Any] = field(default_factory=dict)
+    """Explicit extension of the limits: model_turns, tool_executions, cost (added), deadline (replaced)."""
 
 
 class Store(abc.ABC):
@@ -256,3 +323,81 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
         """Store the terminal recovery record if the task has none yet; return the one stored (first wins)."""
+
+    # --- workflow re-entry (triggers) -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def activate(
+        self,
+        flow: str,
+        activation_id: str,
+        *,
+        origin_operation_id: str | None,
+        max_depth: int,
+        now: float = 0.0,
+    ) -> Activation:
+        """Record an activation of ``flow`` atomically and decide whether it may run.
+
+        When ``origin_operation_id`` names an operation in the ledger written by a task that was itself an
+        activation of ``flow``, this activation continues that chain at depth + 1; beyond ``max_depth`` it is
+        refused (``trigger_chain``). An activation id seen before returns its first record (``duplicate``).
+        The activation id is also the task id of the run it starts.
+        """
+
+    @abc.abstractmethod
+    def activations(self, flow: str | None = None) -> list[Activation]:
+        """Recorded activations, oldest first."""
+
+    # --- approval pauses and transitions ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def save_pause(
+        self,
+        task_id: str,
+        pause_id: str,
+        state: str,
+        pending_calls: Sequence[dict[str, Any]],
+        *,
+        digest: str,
+        outcome: dict[str, Any],
+        now: float = 0.0,
+    ) -> PauseRecord:
+        """In one transaction: store the pause with the task's budget and counters, and finish the task with
+        ``outcome`` (needs_human/approval). Raises :class:`StoreError` if the pause id exists."""
+
+    @abc.abstractmethod
+    def pause(self, pause_id: str) -> PauseRecord | None:
+        """The pause, or ``None``."""
+
+    @abc.abstractmethod
+    def pauses(self, task_id: str | None = None) -> list[PauseRecord]:
+        """Pauses of one task or all, oldest first."""
+
+    @abc.abstractmethod
+    def claim_pause(
+        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+    ) -> tuple[PauseRecord, TransitionRecord]:
+        """Atomically move a pending pause to ``resumed`` (one claimer wins), record the ``resume`` transition
+        linked to the pause, and reopen the task (status running, counters untouched).
+
+        Raises :class:`PauseAlreadyResumed` if the pause is not pending, :class:`StoreError` if it does not exist.
+        """
+
+    @abc.abstractmethod
+    def recover(
+        self,
+        task_id: str,
+        *,
+        who: str,
+        why: str,
+        kind: str = "recover",
+        budget_delta: dict[str, Any] | None = None,
+        now: float = 0.0,
+    ) -> TransitionRecord:
+        """Reopen a finished task by an explicit, recorded decision: the limits may grow by ``budget_delta``
+        (model_turns, tool_executions, cost are added; deadline is replaced), the counters are never reset, the
+        stop mark is cleared only if ``kind == "recover"``. Raises :class:`StoreError` if the task is running."""
+
+    @abc.abstractmethod
+    def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
+        """Recorded transitions, oldest first."""

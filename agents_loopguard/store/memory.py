@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -11,15 +12,19 @@ from typing import Any
 from ..budget import Budget
 from ..outcome import Reason, Usage
 from .base import (
+    Activation,
     Grant,
     OperationClaim,
     OperationRecord,
     OperationState,
+    PauseAlreadyResumed,
+    PauseRecord,
     Progress,
     Store,
     StoreError,
     TaskSnapshot,
     TraceEntry,
+    TransitionRecord,
 )
 
 __all__ = ["MemoryStore"]
@@ -81,6 +86,9 @@ class MemoryStore(Store):
         self._lock = threading.RLock()
         self._tasks: dict[str, _Task] = {}
         self._operations: dict[str, OperationRecord] = {}
+        self._activations: dict[str, Activation] = {}
+        self._pauses: dict[str, PauseRecord] = {}
+        self._transitions: list[TransitionRecord] = []
 
     def _task(self, task_id: str) -> _Task:
         try:
@@ -279,3 +287,149 @@ class MemoryStore(Store):
                 task.status = str(record.get("status", "stopped"))
                 task.updated_at = now
             return copy.deepcopy(task.outcome)
+
+    # workflow re-entry
+
+    def activate(
+        self,
+        flow: str,
+        activation_id: str,
+        *,
+        origin_operation_id: str | None,
+        max_depth: int,
+        now: float = 0.0,
+    ) -> Activation:
+        with self._lock:
+            seen = self._activations.get(activation_id)
+            if seen is not None:
+                return replace(seen, duplicate=True)
+            chain_id, depth = activation_id, 0
+            origin = self._operations.get(origin_operation_id) if origin_operation_id else None
+            parent = self._activations.get(origin.task_id) if origin is not None else None
+            if parent is not None and parent.flow == flow:
+                chain_id, depth = parent.chain_id, parent.depth + 1
+            granted = depth <= max_depth
+            record = Activation(
+                granted,
+                activation_id,
+                flow,
+                chain_id,
+                depth,
+                origin_operation_id,
+                None if granted else Reason.TRIGGER_CHAIN,
+            )
+            self._activations[activation_id] = record
+            return record
+
+    def activations(self, flow: str | None = None) -> list[Activation]:
+        with self._lock:
+            return [a for a in self._activations.values() if flow is None or a.flow == flow]
+
+    # approval pauses and transitions
+
+    def save_pause(
+        self,
+        task_id: str,
+        pause_id: str,
+        state: str,
+        pending_calls: Sequence[dict[str, Any]],
+        *,
+        digest: str,
+        outcome: dict[str, Any],
+        now: float = 0.0,
+    ) -> PauseRecord:
+        with self._lock:
+            task = self._task(task_id)
+            if pause_id in self._pauses:
+                raise StoreError(f"pause {pause_id!r} already exists")
+            record = PauseRecord(
+                pause_id,
+                task_id,
+                "pending",
+                state,
+                digest,
+                tuple(copy.deepcopy(list(pending_calls))),
+                task.budget,
+                task.usage(),
+                created_at=now,
+            )
+            self._pauses[pause_id] = record
+            task.outcome = copy.deepcopy(outcome)
+            task.status = str(outcome.get("status", "needs_human"))
+            task.updated_at = now
+            return record
+
+    def pause(self, pause_id: str) -> PauseRecord | None:
+        with self._lock:
+            return self._pauses.get(pause_id)
+
+    def pauses(self, task_id: str | None = None) -> list[PauseRecord]:
+        with self._lock:
+            return [p for p in self._pauses.values() if task_id is None or p.task_id == task_id]
+
+    def claim_pause(
+        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+    ) -> tuple[PauseRecord, TransitionRecord]:
+        with self._lock:
+            record = self._pauses.get(pause_id)
+            if record is None:
+                raise StoreError(f"unknown pause {pause_id!r}")
+            if record.status != "pending":
+                raise PauseAlreadyResumed(
+                    f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once"
+                )
+            task = self._task(record.task_id)
+            claimed = replace(record, status="resumed", resumed_at=now, resumed_by=who, decisions=dict(decisions))
+            self._pauses[pause_id] = claimed
+            transition = TransitionRecord(
+                f"tr-{uuid.uuid4().hex[:12]}",
+                record.task_id,
+                "resume",
+                who,
+                why,
+                now,
+                pause_id,
+                copy.deepcopy(task.outcome),
+                dict(decisions),
+            )
+            self._transitions.append(transition)
+            task.outcome, task.status, task.updated_at = None, "running", now
+            return claimed, transition
+
+    def recover(
+        self,
+        task_id: str,
+        *,
+        who: str,
+        why: str,
+        kind: str = "recover",
+        budget_delta: dict[str, Any] | None = None,
+        now: float = 0.0,
+    ) -> TransitionRecord:
+        with self._lock:
+            task = self._task(task_id)
+            if task.status == "running" and (task.stop_reason is None or kind != "recover"):
+                raise StoreError(f"task {task_id!r} is running: there is nothing to recover")
+            delta = dict(budget_delta or {})
+            task.budget = task.budget.extended(delta)
+            transition = TransitionRecord(
+                f"tr-{uuid.uuid4().hex[:12]}",
+                task_id,
+                kind,
+                who,
+                why,
+                now,
+                None,
+                copy.deepcopy(task.outcome),
+                {},
+                delta,
+            )
+            self._transitions.append(transition)
+            if kind == "recover":
+                task.stop_reason = None
+            task.outcome, task.status, task.updated_at = None, "running", now
+            return transition
+
+    def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
+        with self._lock:
+            return [t for t in self._transitions if task_id is None or t.task_id == task_id]
