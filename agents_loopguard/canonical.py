@@ -13,6 +13,7 @@ where they differ (integral floats such as ``5.0``, floats below ``1e-4``, keys 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -32,7 +33,10 @@ __all__ = [
 REDACTED = "[redacted]"
 
 _MAX_SAFE_INT = 2**53 - 1
-_encode = json.JSONEncoder(
+_encode_ascii = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=True
+).encode
+_encode_unicode = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=True
 ).encode
 
@@ -45,44 +49,80 @@ class _NeedsReference(Exception):
     """Internal: the value is valid JSON but the fast path would not print it as RFC 8785 does."""
 
 
-def _check(value: Any, path: str, depth: int) -> None:
-    """Validate ``value`` as JSON data; raise :class:`_NeedsReference` where the fast path would differ."""
+class _Invalid(Exception):
+    """Internal: the value is not JSON data; :func:`_explain` says why."""
+
+
+_INFINITIES = (float("inf"), float("-inf"))
+_MAX_DEPTH = 200
+
+
+def _check(value: Any, depth: int) -> None:
+    """Validate ``value`` as JSON data; raise :class:`_NeedsReference` where the fast path would differ.
+
+    On the hot path this builds no strings; an invalid value is walked again by :func:`_explain` for the message.
+    """
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return
     if kind is int:
         if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
             return
-        raise CanonicalError(
-            f"{path}: integer {value} is outside the range JSON numbers hold exactly (±2**53-1); pass it as a string"
-        )
+        raise _Invalid
     if kind is float:
-        if value != value or value in (float("inf"), float("-inf")):
-            raise CanonicalError(f"{path}: {value!r} is not a JSON number (NaN and Infinity are refused)")
+        if value != value or value in _INFINITIES:
+            raise _Invalid
         if value.is_integer() or -1e-4 < value < 1e-4:
             raise _NeedsReference
         return
-    if depth > 200:
-        raise CanonicalError(f"{path}: nesting deeper than 200 levels")
-    if isinstance(value, Mapping):
-        if not isinstance(value, dict):
-            raise _NeedsReference
+    if depth > _MAX_DEPTH:
+        raise _Invalid
+    if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
-                raise CanonicalError(f"{path}: key {key!r} is not a string (JSON object keys are strings)")
+                raise _Invalid
             if not key.isascii() and max(key) > "\uffff":
                 raise _NeedsReference
-            _check(item, f"{path}.{key}", depth + 1)
+            _check(item, depth + 1)
         return
     if kind is list or kind is tuple:
-        for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]", depth + 1)
+        for item in value:
+            _check(item, depth + 1)
         return
+    if isinstance(value, Mapping):
+        raise _NeedsReference  # dict subclasses and other mappings: the reference writes their plain copy
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        raise _NeedsReference  # subclasses (enums...): let the reference decide on the plain value
-    raise CanonicalError(
-        f"{path}: {type(value).__name__} is not a JSON value (use str, number, bool, None, list, dict)"
-    )
+        raise _NeedsReference  # subclasses (enums...): the reference writes the plain value
+    raise _Invalid
+
+
+def _explain(value: Any, path: str = "$", depth: int = 0) -> str | None:
+    """Why ``value`` is not JSON data, naming the offending part (the slow twin of :func:`_check`)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return None
+    if isinstance(value, int):
+        if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            return None
+        return f"{path}: integer {value} is outside the range JSON numbers hold exactly (±2**53-1); pass it as a string"
+    if isinstance(value, float):
+        if value != value or value in _INFINITIES:
+            return f"{path}: {value!r} is not a JSON number (NaN and Infinity are refused)"
+        return None
+    if depth > _MAX_DEPTH:
+        return f"{path}: nesting deeper than {_MAX_DEPTH} levels"
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"{path}: key {key!r} is not a string (JSON object keys are strings)"
+            if (problem := _explain(item, f"{path}.{key}", depth + 1)) is not None:
+                return problem
+        return None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            if (problem := _explain(item, f"{path}[{index}]", depth + 1)) is not None:
+                return problem
+        return None
+    return f"{path}: {type(value).__name__} is not a JSON value (use str, number, bool, None, list, dict)"
 
 
 def _plain(value: Any) -> Any:
@@ -115,8 +155,13 @@ def canonical_json(value: Any) -> bytes:
     agents_loopguard.canonical.CanonicalError: $.amount: nan is not a JSON number (NaN and Infinity are refused)
     """
     try:
-        _check(value, "$", 0)
+        _check(value, 0)
+    except _Invalid:
+        raise CanonicalError(_explain(value) or "value is not JSON data") from None
     except _NeedsReference:
+        problem = _explain(value)
+        if problem is not None:
+            raise CanonicalError(problem) from None
         try:
             return rfc8785.dumps(_plain(value))
         except CanonicalError:
@@ -126,7 +171,10 @@ def canonical_json(value: Any) -> bytes:
     except RecursionError as exc:
         raise CanonicalError("value is nested too deeply or contains itself") from exc
     try:
-        return _encode(value).encode("utf-8")
+        text = _encode_ascii(value)  # the faster encoder; equal to RFC 8785 when every string is ASCII
+        if "\\u" in text:  # some string needed an escape: write non-ASCII as raw UTF-8, as the RFC says
+            text = _encode_unicode(value)
+        return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CanonicalError("a string contains a lone surrogate, which is not valid Unicode") from exc
     except ValueError as exc:  # circular reference
@@ -180,13 +228,14 @@ _SECRET_SUFFIXES = (
     "cookie",
     "signature",
 )
-_SECRET_PATTERNS = (
-    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"),
-    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@ in URLs
+_SECRET_TEXT = re.compile(
+    r"(?i:\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,})"  # Authorization header values
+    r"|\bsk-[A-Za-z0-9_-]{12,}"  # API keys in the sk- format
+    r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"  # user:password@ in URLs
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_secret_key(key: str) -> bool:
     norm = "".join(ch for ch in key.lower() if ch.isalnum())
     return norm in _SECRET_KEYS or norm.endswith(_SECRET_SUFFIXES)
@@ -196,9 +245,7 @@ def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    return text
+    return _SECRET_TEXT.sub(REDACTED, text)
 
 
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
@@ -216,17 +263,24 @@ def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
 
 
 def _redact(value: Any, secrets: tuple[str, ...], depth: int) -> Any:
-    if depth > 200:
-        return REDACTED
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is str:
         return _redact_text(value, secrets)
-    if isinstance(value, Mapping):
+    if value is None or kind is bool or kind is int:
+        return value
+    if kind is float:
+        return value if value == value and value not in _INFINITIES else repr(value)
+    if depth > _MAX_DEPTH:
+        return REDACTED
+    if kind is dict or isinstance(value, Mapping):
         return {
             str(key): REDACTED if isinstance(key, str) and _is_secret_key(key) else _redact(item, secrets, depth + 1)
             for key, item in value.items()
         }
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_redact(item, secrets, depth + 1) for item in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
+    if isinstance(value, str):
+        return _redact_text(str(value), secrets)
+    if isinstance(value, (bool, int, float)):
+        return _redact(float(value) if isinstance(value, float) else int(value), secrets, depth)
     return _redact_text(repr(value), secrets)

@@ -70,7 +70,7 @@ def parse_call(proposal: Any) -> Call | str:
     kind: Any
     op: Any
     call_id: Any
-    if isinstance(proposal, Call):
+    if type(proposal) is not dict and isinstance(proposal, Call):
         tool, args, kind, op, call_id = (
             proposal.tool,
             proposal.args,
@@ -158,6 +158,7 @@ class Guard:
         self.policy = policy or Policy()
         self.clock = clock
         self.secrets = tuple(secrets)
+        self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
         self.last_good: Any = None
         self.outcome: Outcome | None = None
         """The terminal outcome once the guard has ended; every later call returns it."""
@@ -189,7 +190,7 @@ class Guard:
         return TraceEntry(
             kind="tool",
             tool=call.tool if call else None,
-            args=redact(call.args, secrets=self.secrets) if call else None,
+            args=self._stored_args(call, fp) if call else None,
             result_class=result_class,
             revision=self.revision,
             models=self.used.models,
@@ -199,6 +200,17 @@ class Guard:
             operation_state=state,
             at=at,
         )
+
+    def _stored_args(self, call: Call, fp: str | None) -> Any:
+        """The call's arguments as the trace keeps them (redacted), computed once per fingerprint."""
+        if fp is None:
+            return redact(call.args, secrets=self.secrets)
+        cached = self._redacted_args.get(fp)
+        if cached is None:
+            if len(self._redacted_args) >= 256:
+                self._redacted_args.clear()
+            cached = self._redacted_args[fp] = redact(call.args, secrets=self.secrets)
+        return cached
 
     def _refuse(self, call: Call | None, verdict: Verdict, *, at: float, fp: str | None = None) -> Verdict:
         self.store.append_trace(self.task_id, self._trace(call, f"refused:{verdict.reason}", at=at, fp=fp))

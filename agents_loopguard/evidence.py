@@ -43,6 +43,9 @@ class ResultStatus(str, Enum):
         return self.value
 
 
+_EFFECTS: dict[str, Effect] = {effect.value: effect for effect in Effect}
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Verified facts about one result.
@@ -65,10 +68,11 @@ class Evidence:
     """For pages: ids of the records on this page. A page whose records were all seen before is a cycle."""
 
 
-def _field(raw: Any, name: str) -> Any:
-    if isinstance(raw, Mapping):
-        return raw.get(name)
-    return getattr(raw, name, None)
+def _getter(raw: Any) -> Any:
+    """A ``name -> value`` reader for a mapping or an object with attributes."""
+    if type(raw) is dict or isinstance(raw, Mapping):
+        return raw.get
+    return lambda name: getattr(raw, name, None)
 
 
 def _truthy(raw: Any) -> bool:
@@ -82,6 +86,9 @@ def _truthy(raw: Any) -> bool:
     return True
 
 
+_STATUSES: dict[str, ResultStatus] = {status.value: status for status in ResultStatus}
+
+
 def result_status(result: Any) -> ResultStatus | None:
     """The status of an executor result (mapping or object with ``status``), or ``None`` if it has no valid one.
 
@@ -90,18 +97,17 @@ def result_status(result: Any) -> ResultStatus | None:
     """
     if not _truthy(result):
         return None
-    status = _field(result, "status")
+    status = _getter(result)("status")
     if isinstance(status, ResultStatus):
         return status
     if type(status) is str:
-        try:
-            return ResultStatus(status)
-        except ValueError:
-            return None
+        return _STATUSES.get(status)
     return None
 
 
 def _revision(value: Any) -> int | None:
+    if type(value) is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int) and abs(value) <= _MAX_SAFE_INT:
@@ -122,9 +128,10 @@ def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> 
     if isinstance(raw, Evidence):
         raw_revision, done, effect_raw = raw.revision, raw.done, raw.effect
     else:
-        if not _truthy(raw):
+        if type(raw) is not dict and not _truthy(raw):
             return f"verify returned {raw!r}"
-        raw_revision, done, effect_raw = _field(raw, "revision"), _field(raw, "done"), _field(raw, "effect")
+        field = _getter(raw)
+        raw_revision, done, effect_raw = field("revision"), field("done"), field("effect")
     revision = _revision(raw_revision)
     if revision is None:
         return f"revision {raw_revision!r} is not a safe integer"
@@ -132,10 +139,7 @@ def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> 
         return f"revision {revision} goes back from {current_revision}"
     if not isinstance(done, bool):
         return f"done {done!r} is not a boolean"
-    try:
-        effect = Effect(effect_raw) if isinstance(effect_raw, str) else None
-    except ValueError:
-        effect = None
+    effect = _EFFECTS.get(effect_raw) if isinstance(effect_raw, str) else None
     if effect is None:
         return f"effect {effect_raw!r} is not one of none, committed, not_committed, unknown"
     if done and status is not ResultStatus.OK:
@@ -143,9 +147,9 @@ def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> 
     if isinstance(raw, Evidence):
         pending, cursor, records_raw = raw.pending, raw.cursor, raw.records
     else:
-        pending = _field(raw, "pending") or False
-        cursor = _field(raw, "cursor")
-        records_raw = _field(raw, "records") or ()
+        pending = field("pending") or False
+        cursor = field("cursor")
+        records_raw = field("records") or ()
     if not isinstance(pending, bool):
         return f"pending {pending!r} is not a boolean"
     if pending and done:

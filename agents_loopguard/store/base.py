@@ -130,7 +130,7 @@ class TaskSnapshot:
     updated_at: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TraceEntry:
     """One guarded step, as stored (arguments normalized and redacted)."""
 

@@ -132,7 +132,6 @@ class MemoryStore(Store):
                     models=task.models,
                     tools=task.tools,
                     at=now,
-                    seq=len(task.trace) + 1,
                 )
             )
             return Grant(True, None, task.usage(), task.revision)
@@ -256,18 +255,18 @@ class MemoryStore(Store):
                     task.stalled += 1
             seen_before = tuple(key in task.seen for key in seen)
             task.seen.update(seen)
-            task.trace.append(replace(entry, seq=len(task.trace) + 1))
+            task.trace.append(entry)
             task.updated_at = entry.at
             return Progress(task.revision, task.stalled, seen_before, task.usage())
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         with self._lock:
             task = self._task(task_id)
-            task.trace.append(replace(entry, seq=len(task.trace) + 1))
+            task.trace.append(entry)
 
     def trace(self, task_id: str) -> list[TraceEntry]:
         with self._lock:
-            return list(self._task(task_id).trace)
+            return [replace(entry, seq=seq) for seq, entry in enumerate(self._task(task_id).trace, 1)]
 
     # stop mark and terminal outcome
 
