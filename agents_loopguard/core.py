@@ -35,6 +35,12 @@ __all__ = ["Call", "Guard", "Kind", "Ticket", "Verdict", "create_runner", "parse
 Kind = Literal["read", "write", "poll", "page"]
 KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
 _UNSET: Any = object()
+_REFUSALS = {
+    Reason.SAME_CALL: "{tool}: the same call already ran the allowed number of times at revision {revision}",
+    Reason.WAIT_BUDGET: "{tool}: the job is still pending after the polls its wait policy allows",
+    Reason.TOOL_BUDGET: "{tool}: the task has no tool executions left",
+    Reason.STOP_REQUESTED: "the task carries a stop mark",
+}
 
 
 @dataclass(frozen=True)
@@ -235,7 +241,9 @@ class Guard:
         grant = self.store.reserve_turn(self.task_id, now=at)
         self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:
-            return Verdict(Status.STOPPED, grant.reason or Reason.STOP_REQUESTED, grant.detail)
+            reason = grant.reason or Reason.STOP_REQUESTED
+            detail = grant.detail or ("the task has no model turns left" if reason is Reason.MODEL_BUDGET else "")
+            return Verdict(Status.STOPPED, reason, detail or _REFUSALS.get(reason, ""))
         return None
 
     def authorize(self, proposal: Any, *, now: float | None = None) -> Ticket | Verdict:
@@ -277,8 +285,9 @@ class Guard:
         )
         self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:
-            verdict = Verdict(Status.STOPPED, grant.reason or Reason.STOP_REQUESTED, grant.detail)
-            return self._refuse(call, verdict, at=at, fp=fp)
+            reason = grant.reason or Reason.STOP_REQUESTED
+            detail = grant.detail or _REFUSALS.get(reason, "").format(tool=call.tool, revision=grant.revision)
+            return self._refuse(call, Verdict(Status.STOPPED, reason, detail), at=at, fp=fp)
         if call.kind == "write":
             assert call.operation_id is not None
             claim = self.store.reserve_operation(self.task_id, call.operation_id, fp, call.tool, now=at)
