@@ -165,6 +165,7 @@ class Guard:
         self.clock = clock
         self.secrets = tuple(secrets)
         self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
+        self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
         self.last_good: Any = None
         self.outcome: Outcome | None = None
         """The terminal outcome once the guard has ended; every later call returns it."""
@@ -246,12 +247,17 @@ class Guard:
             return Verdict(Status.STOPPED, reason, detail or _REFUSALS.get(reason, ""))
         return None
 
-    def authorize(self, proposal: Any, *, now: float | None = None) -> Ticket | Verdict:
+    def authorize(self, proposal: Any, *, now: float | None = None, retry_of: Ticket | None = None) -> Ticket | Verdict:
         """Decide whether ``proposal`` may execute, and reserve the execution if so (before it runs).
 
         Returns a :class:`Ticket` (execute it, or return its stored result when ``replay``) or a :class:`Verdict`
         that refuses it: invalid_call, missing_operation_id, operation_conflict, unknown_commit (needs
         reconciliation), deadline, stop_requested, same_call / wait_budget, tool_budget.
+
+        ``retry_of`` marks an adapter retry of the same call after :meth:`settle` accepted a transient failure
+        without effect (retryable, effect none / not_committed). Each such failure lets the fingerprint run once
+        more than ``Policy.max_same_call`` at that revision; the retry is still reserved and counted like any
+        execution, and the tool budget still bounds it.
         """
         if (done := self._terminal()) is not None:
             return done
@@ -275,10 +281,11 @@ class Guard:
                 if ticket is not None:
                     return ticket if isinstance(ticket, Ticket) else self._refuse(call, ticket, at=at, fp=fp)
         poll = call.kind == "poll"
+        retries = self._transient.get(f"{fp}@{self.revision}", 0) if retry_of and retry_of.fingerprint == fp else 0
         grant = self.store.reserve_execution(
             self.task_id,
             fp,
-            max_repeats=self.policy.max_polls if poll else self.policy.max_same_call,
+            max_repeats=(self.policy.max_polls if poll else self.policy.max_same_call) + retries,
             now=at,
             max_wait=self.policy.max_wait if poll else None,
             poll=poll,
@@ -423,6 +430,9 @@ class Guard:
                 "a retryable failure of a write that committed: do not send it again",
                 op_id,
             )
+        if status is ResultStatus.RETRYABLE and evidence.effect in (Effect.NONE, Effect.NOT_COMMITTED):
+            key = f"{ticket.fingerprint}@{self.revision}"  # a transient failure without effect: see retry_of
+            self._transient[key] = self._transient.get(key, 0) + 1
         if page:
             cursor_seen = bool(evidence.cursor is not None and progress.seen_before and progress.seen_before[0])
             record_flags = progress.seen_before[1:] if evidence.cursor is not None else progress.seen_before
