@@ -14,6 +14,7 @@ from .outcome import (
     Usage,
     allowed_next_actions,
 )
+from .recovery import Reconciliation, RecoveryError, reconcile, recover
 from .store import MemoryStore, OperationRecord, OperationState, Store, StoreError
 
 __all__ = [
@@ -30,7 +31,9 @@ __all__ = [
     "Outcome",
     "Policy",
     "Reason",
+    "Reconciliation",
     "RecordError",
+    "RecoveryError",
     "RecoveryRecord",
     "ResultStatus",
     "Status",
@@ -44,6 +47,8 @@ __all__ = [
     "create_runner",
     "fingerprint",
     "parse_call",
+    "reconcile",
+    "recover",
     "redact",
 ]
 

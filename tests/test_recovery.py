@@ -1,0 +1,185 @@
+"""Reconciliation of unknown writes and explicit recovery of stopped tasks: recorded, never resetting counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status, create_runner
+from agents_loopguard.recovery import RecoveryError, reconcile, recover
+from agents_loopguard.store.base import Store
+
+PAY = {"tool": "pay", "kind": "write", "operation_id": "inv-7-pay", "args": {"invoice": 7, "amount": 120}}
+
+
+def lost_payment(store: Store, task_id: str = "t-pay", sent: list[Any] | None = None) -> Any:
+    sent = sent if sent is not None else []
+
+    def execute(call: Any) -> Any:
+        sent.append(call)
+        raise TimeoutError("response lost")
+
+    run = create_runner(
+        budget=Budget(model_turns=6, tool_executions=3),
+        ledger=store,
+        task_id=task_id,
+        execute=execute,
+        verify=lambda c, r: None,
+    )
+    return run([PAY])
+
+
+def continue_task(store: Store, task_id: str, proposals: list[Any], sent: list[Any]) -> Any:
+    def execute(call: Any) -> Any:
+        sent.append(call)
+        return {"status": "ok", "receipt": "r-2"}
+
+    run = create_runner(
+        budget=Budget(model_turns=100, tool_executions=100),
+        ledger=store,
+        task_id=task_id,
+        execute=execute,
+        verify=lambda c, r: {"revision": 1, "done": True, "effect": "committed"},
+    )
+    return run(proposals)
+
+
+def test_committed_answer_is_stored_returned_and_the_task_continues() -> None:
+    store = MemoryStore()
+    sent: list[Any] = []
+    first = lost_payment(store, sent=sent)
+    assert (first.status, first.reason) == (Status.NEEDS_RECONCILIATION, Reason.EXECUTOR_EXCEPTION)
+    rec = reconcile(
+        store,
+        "inv-7-pay",
+        "committed",
+        who="ops",
+        result={"status": "ok", "receipt": "r-1", "api_key": "sk-live-should-not-stay"},
+    )
+    assert rec.operation.state is OperationState.COMMITTED and not rec.blocked
+    assert rec.transition is not None and rec.transition.from_outcome["reason"] == "executor_exception"
+    assert store.task("t-pay").status == "running"
+    outcome = continue_task(store, "t-pay", [PAY], sent)
+    assert outcome.status is Status.COMPLETED
+    assert len(sent) == 1, "the reconciled payment was returned from the ledger, not sent again"
+    assert outcome.value["receipt"] == "r-1" and outcome.value["api_key"] == "[redacted]"
+    assert store.task("t-pay").used.tools == 1 and store.task("t-pay").budget.tool_executions == 3
+
+
+def test_not_committed_answer_allows_one_retry_within_the_budget() -> None:
+    store = MemoryStore()
+    sent: list[Any] = []
+    lost_payment(store, sent=sent)
+    rec = reconcile(store, "inv-7-pay", OperationState.NOT_COMMITTED, who="ops", why="receiver has no such payment")
+    assert [str(a) for a in rec.allowed_next_actions] == ["bounded_retry", "human_review"]
+    outcome = continue_task(store, "t-pay", [PAY], sent)
+    assert outcome.status is Status.COMPLETED and len(sent) == 2
+    assert store.task("t-pay").used.tools == 2, "the retry counted against the same global budget"
+    assert store.lookup_operation("inv-7-pay").attempts == 2
+
+
+def test_still_unknown_stays_blocked_and_nothing_reopens() -> None:
+    store = MemoryStore()
+    sent: list[Any] = []
+    lost_payment(store, sent=sent)
+    rec = reconcile(store, "inv-7-pay", "unknown", who="ops")
+    assert rec.blocked and rec.transition is None
+    assert store.task("t-pay").status == "needs_reconciliation"
+    assert store.transitions("t-pay") == []
+    again = Guard(budget=Budget(model_turns=9, tool_executions=9), store=store, task_id="t-other")
+    again.begin_turn()
+    verdict = again.authorize(PAY)
+    assert getattr(verdict, "reason", None) is Reason.UNKNOWN_COMMIT, "another task cannot re-send it either"
+    assert len(sent) == 1
+
+
+def test_reconcile_refuses_wrong_ids_and_settled_operations() -> None:
+    store = MemoryStore()
+    lost_payment(store)
+    with pytest.raises(RecoveryError, match="unknown operation"):
+        reconcile(store, "nope", "committed", who="ops")
+    reconcile(store, "inv-7-pay", "committed", who="ops")
+    with pytest.raises(RecoveryError, match="already committed"):
+        reconcile(store, "inv-7-pay", "not_committed", who="ops")
+    with pytest.raises(ValueError):
+        reconcile(store, "inv-7-pay", "maybe", who="ops")
+
+
+def test_task_with_two_unknown_writes_reopens_only_when_both_are_answered() -> None:
+    store = MemoryStore()
+    guard = Guard(budget=Budget(model_turns=9, tool_executions=9), store=store, task_id="t-two")
+    for op in ("op-a", "op-b"):
+        guard.begin_turn()
+        ticket = guard.authorize({"tool": "save", "kind": "write", "operation_id": op, "args": {"op": op}})
+        guard.fail(ticket, TimeoutError())  # type: ignore[arg-type]
+    guard.finish(Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT)
+    assert reconcile(store, "op-a", "committed", who="ops").transition is None
+    assert store.task("t-two").status == "needs_reconciliation"
+    assert reconcile(store, "op-b", "not_committed", who="ops").transition is not None
+    assert store.task("t-two").status == "running"
+
+
+def test_recover_extends_explicitly_and_never_resets_counters() -> None:
+    store = MemoryStore()
+    run = create_runner(
+        budget=Budget(model_turns=2, tool_executions=5),
+        ledger=store,
+        task_id="t-r",
+        execute=lambda c: {"status": "ok"},
+        verify=lambda c, r: {"revision": len(c["args"]["q"]), "done": False, "effect": "none"},
+    )
+    first = run([{"tool": "s", "kind": "read", "args": {"q": "a" * i}} for i in range(1, 5)])
+    assert (first.status, first.reason, first.used.models) == (Status.STOPPED, Reason.MODEL_BUDGET, 2)
+    transition = recover(store, "t-r", who="lead", why="productive, give it two more", extend={"model_turns": 2})
+    assert transition.budget_delta == {"model_turns": 2} and transition.from_outcome["reason"] == "model_budget"
+    assert run([{"tool": "s", "kind": "read", "args": {"q": "z"}}]) is first, "the finished runner stays finished"
+    second = create_runner(
+        budget=Budget(model_turns=100, tool_executions=100),
+        ledger=store,
+        task_id="t-r",
+        execute=lambda c: {"status": "ok"},
+        verify=lambda c, r: {"revision": 10 + len(c["args"]["q"]), "done": False, "effect": "none"},
+    )
+    out = second([{"tool": "s", "kind": "read", "args": {"q": "b" * i}} for i in range(1, 5)])
+    assert out.reason is Reason.MODEL_BUDGET and out.used.models == 4, "2 used before + 2 granted, not a fresh 100"
+
+
+@pytest.mark.parametrize(
+    "status,reason,message",
+    [
+        (Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT, "reconcile"),
+        (Status.NEEDS_HUMAN, Reason.APPROVAL, "pause"),
+        (Status.COMPLETED, Reason.VALIDATED_DONE, "completed"),
+    ],
+)
+def test_recover_refuses_what_needs_another_decision(status: Status, reason: Reason, message: str) -> None:
+    store = MemoryStore()
+    Guard(budget=Budget(model_turns=1, tool_executions=1), store=store, task_id="t").finish(status, reason)
+    with pytest.raises(RecoveryError, match=message):
+        recover(store, "t", who="lead", why="try")
+
+
+def test_recover_needs_who_and_why_and_valid_extension() -> None:
+    store = MemoryStore()
+    Guard(budget=Budget(model_turns=1, tool_executions=1), store=store, task_id="t").finish(
+        Status.STOPPED, Reason.SAME_CALL
+    )
+    with pytest.raises(RecoveryError, match="who decides"):
+        recover(store, "t", who="", why="")
+    with pytest.raises(RecoveryError, match="only grow"):
+        recover(store, "t", who="lead", why="x", extend={"tool_executions": -5})
+    assert store.task("t").status == "stopped", "a refused decision writes nothing"
+    with pytest.raises(RecoveryError, match="unknown task"):
+        recover(store, "missing", who="lead", why="x")
+
+
+def test_recover_clears_an_operator_stop_mark_by_decision() -> None:
+    store = MemoryStore()
+    guard = Guard(budget=Budget(model_turns=5, tool_executions=5), store=store, task_id="t-s")
+    store.request_stop("t-s", "operator")
+    verdict = guard.begin_turn()
+    guard.end(verdict)  # type: ignore[arg-type]
+    recover(store, "t-s", who="lead", why="false alarm")
+    fresh = Guard(budget=Budget(model_turns=5, tool_executions=5), store=store, task_id="t-s")
+    assert fresh.begin_turn() is None
