@@ -17,6 +17,7 @@ The cycle of one call::
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,6 +36,8 @@ __all__ = ["Call", "Guard", "Kind", "Ticket", "Verdict", "create_runner", "parse
 Kind = Literal["read", "write", "poll", "page"]
 KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
 _UNSET: Any = object()
+logger = logging.getLogger("agents_loopguard")
+"""Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 _REFUSALS = {
     Reason.SAME_CALL: "{tool}: the same call already ran the allowed number of times at revision {revision}",
     Reason.WAIT_BUDGET: "{tool}: the job is still pending after the polls its wait policy allows",
@@ -221,6 +224,15 @@ class Guard:
 
     def _refuse(self, call: Call | None, verdict: Verdict, *, at: float, fp: str | None = None) -> Verdict:
         self.store.append_trace(self.task_id, self._trace(call, f"refused:{verdict.reason}", at=at, fp=fp))
+        tool = call.tool if call else None
+        logger.info(
+            "task %s: refused %s: %s/%s",
+            self.task_id,
+            tool or "call",
+            verdict.status,
+            verdict.reason,
+            extra={"task_id": self.task_id, "reason": str(verdict.reason), "status": str(verdict.status), "tool": tool},
+        )
         return verdict
 
     def storable(self, value: Any) -> Any:
@@ -471,13 +483,25 @@ class Guard:
             value=self.last_good if verdict.value is _UNSET else verdict.value,
             used=self.used,
             operation_id=verdict.operation_id,
-            detail=verdict.detail,
+            detail=redact(verdict.detail, secrets=self.secrets),  # details quote values: keep secrets out of records
             in_flight=tuple(in_flight),
             pause_id=pause_id,
             result=result,
         )
         self.store.finish(self.task_id, outcome.record().to_dict(), now=self._now())
         self.outcome = outcome
+        logger.log(
+            logging.INFO if outcome.status is Status.COMPLETED else logging.WARNING,
+            "task %s: %s/%s (models %d, tools %d, revision %d)%s",
+            self.task_id,
+            outcome.status,
+            outcome.reason,
+            outcome.used.models,
+            outcome.used.tools,
+            outcome.revision,
+            f": {outcome.detail}" if outcome.detail else "",
+            extra={"task_id": self.task_id, "reason": str(outcome.reason), "status": str(outcome.status), "tool": None},
+        )
         return outcome
 
     def finish(self, status: Status, reason: Reason, detail: str = "", **kwargs: Any) -> Outcome:

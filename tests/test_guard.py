@@ -290,3 +290,19 @@ def test_budget_extension_only_grows() -> None:
         budget.extended({"tool_executions": -1})
     with pytest.raises(ValueError, match="unknown keys"):
         budget.extended({"tools": 1})
+
+
+def test_decisions_are_logged_with_the_task_id_and_without_secrets(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="agents_loopguard")
+    guard = Guard(budget=Budget(model_turns=5, tool_executions=5), task_id="t-log", secrets=["hunter2"])
+    leaky = {"tool": "login", "kind": "read", "args": {"password": "hunter2", "user": "bob"}}
+    garbage_evidence = {"revision": "hunter2", "done": False, "effect": "none"}
+    verdict = step(guard, leaky, OK, garbage_evidence)
+    assert verdict is not None and verdict.reason is Reason.INVALID_EVIDENCE
+    outcome = guard.end(verdict)
+    assert "hunter2" not in outcome.detail and "hunter2" not in json.dumps(guard.store.task("t-log").outcome)
+    step(guard, leaky, OK, garbage_evidence)
+    records = [r for r in caplog.records if r.name == "agents_loopguard"]
+    assert records and all(getattr(r, "task_id", None) == "t-log" for r in records)
+    assert any(getattr(r, "reason", None) == "invalid_evidence" for r in records)
+    assert all("hunter2" not in r.getMessage() for r in records)
