@@ -174,7 +174,7 @@ class PauseRecord:
     pause_id: str
     task_id: str
     status: str
-    """``pending`` until claimed, then ``resumed``."""
+    """``pending``; ``decided`` once an operator recorded decisions; ``resumed`` once a process claimed it."""
     state: str
     """The serialized run state (for the Agents SDK: ``RunState.to_json()`` as text)."""
     digest: str
@@ -187,7 +187,8 @@ class PauseRecord:
     resumed_at: float | None = None
     resumed_by: str | None = None
     decisions: dict[str, str] = field(default_factory=dict)
-    """call_id -> ``approve`` or ``reject``, once resumed."""
+    """call_id -> ``approve`` or ``reject`` (recorded by decide_pause, or given to claim_pause)."""
+    decided_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -374,13 +375,26 @@ class Store(abc.ABC):
         """Pauses of one task or all, oldest first."""
 
     @abc.abstractmethod
-    def claim_pause(
+    def decide_pause(
         self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
-    ) -> tuple[PauseRecord, TransitionRecord]:
-        """Atomically move a pending pause to ``resumed`` (one claimer wins), record the ``resume`` transition
-        linked to the pause, and reopen the task (status running, counters untouched).
+    ) -> PauseRecord:
+        """Record an operator's approve/reject decisions on a pending pause (``pending`` -> ``decided``), to be
+        applied by the process that resumes it. Serialized by the database: one decision wins.
 
-        Raises :class:`PauseAlreadyResumed` if the pause is not pending, :class:`StoreError` if it does not exist.
+        Raises :class:`PauseAlreadyResumed` if the pause is not pending any more, :class:`StoreError` if it does
+        not exist. Checking that the decisions name the pause's own calls is the caller's rule (``sdk.pauses``).
+        """
+
+    @abc.abstractmethod
+    def claim_pause(
+        self, pause_id: str, *, who: str, decisions: dict[str, str] | None = None, why: str = "", now: float = 0.0
+    ) -> tuple[PauseRecord, TransitionRecord]:
+        """Atomically move a ``pending`` or ``decided`` pause to ``resumed`` (one claimer wins), record the
+        ``resume`` transition linked to the pause (who, when, the decisions applied), and reopen the task (status
+        running, counters untouched). ``decisions`` None applies the recorded ones (of a ``decided`` pause).
+
+        Raises :class:`PauseAlreadyResumed` if the pause was resumed already, :class:`StoreError` if it does not
+        exist or has no decisions to apply.
         """
 
     @abc.abstractmethod

@@ -366,19 +366,38 @@ class MemoryStore(Store):
         with self._lock:
             return [p for p in self._pauses.values() if task_id is None or p.task_id == task_id]
 
-    def claim_pause(
+    def decide_pause(
         self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
-    ) -> tuple[PauseRecord, TransitionRecord]:
+    ) -> PauseRecord:
         with self._lock:
             record = self._pauses.get(pause_id)
             if record is None:
                 raise StoreError(f"unknown pause {pause_id!r}")
             if record.status != "pending":
                 raise PauseAlreadyResumed(
+                    f"pause {pause_id!r} is {record.status} (by {record.decided_by or record.resumed_by!r}): "
+                    "its decisions are final"
+                )
+            decided = replace(record, status="decided", decisions=dict(decisions), decided_by=who)
+            self._pauses[pause_id] = decided
+            return decided
+
+    def claim_pause(
+        self, pause_id: str, *, who: str, decisions: dict[str, str] | None = None, why: str = "", now: float = 0.0
+    ) -> tuple[PauseRecord, TransitionRecord]:
+        with self._lock:
+            record = self._pauses.get(pause_id)
+            if record is None:
+                raise StoreError(f"unknown pause {pause_id!r}")
+            if record.status == "resumed":
+                raise PauseAlreadyResumed(
                     f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once"
                 )
+            applied = dict(record.decisions) if decisions is None else dict(decisions)
+            if decisions is None and record.status != "decided":
+                raise StoreError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
             task = self._task(record.task_id)
-            claimed = replace(record, status="resumed", resumed_at=now, resumed_by=who, decisions=dict(decisions))
+            claimed = replace(record, status="resumed", resumed_at=now, resumed_by=who, decisions=applied)
             self._pauses[pause_id] = claimed
             transition = TransitionRecord(
                 f"tr-{uuid.uuid4().hex[:12]}",
@@ -389,7 +408,7 @@ class MemoryStore(Store):
                 now,
                 pause_id,
                 copy.deepcopy(task.outcome),
-                dict(decisions),
+                applied,
             )
             self._transitions.append(transition)
             task.outcome, task.status, task.updated_at = None, "running", now
