@@ -1,0 +1,148 @@
+"""Re-entry across executions (R15): a workflow that re-triggers itself through its own effects.
+
+A flow writes a row, and the row's change fires the same flow; every activation may end fine while the chain feeds
+itself. A counter in the flow restarts with every activation, so the limit has to live where every activation
+meets: the store. :class:`TriggerGuard` is the flow's entry. Each activation is recorded atomically by
+:meth:`Store.activate <agents_loopguard.store.base.Store.activate>`, and its id becomes the task id of the guarded
+run, so every operation that run writes is recorded as the activation's. When a later event names one of those
+operations as its origin, the store recognizes the chain and counts it: beyond ``max_depth`` re-entries the
+activation is refused with ``stopped/trigger_chain``, in whichever process or host the event arrives.
+
+>>> from agents_loopguard import Budget, Call, MemoryStore
+>>> store = MemoryStore()
+>>> trigger = TriggerGuard(store, flow="orders-sync", max_depth=0)
+>>> first = trigger.activate("evt-1")                       # a change from outside: may run
+>>> guard = trigger.guard(first, budget=Budget(model_turns=0, tool_executions=2))
+>>> ticket = guard.authorize(Call("save_row", {"order": 42, "version": 2}, kind="write",
+...                               operation_id="orders-sync:order-42:v2"))
+>>> verdict = guard.settle(ticket, {"status": "ok"}, lambda c, r: {"revision": 1, "done": True, "effect": "committed"})
+>>> guard.end(verdict).status
+<Status.COMPLETED: 'completed'>
+>>> again = trigger.activate("evt-2", origin_operation_id="orders-sync:order-42:v2")  # our own write's echo
+>>> again.status, again.reason
+(<Status.STOPPED: 'stopped'>, <Reason.TRIGGER_CHAIN: 'trigger_chain'>)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from .budget import Budget, Policy
+from .core import Guard, Verdict
+from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from .store.base import Activation, Store
+
+__all__ = ["TriggerGuard"]
+
+_REFUSED_BUDGET = Budget(model_turns=0, tool_executions=0)
+"""The budget a refused activation's task is recorded with: it never runs anything."""
+
+
+class TriggerGuard:
+    """The entry of one workflow: decide, in the store, whether an activation may run.
+
+    ``max_depth`` is the chain budget: how many times in a row the flow may be re-activated by its own effects
+    (0: never; an activation from outside is depth 0). Activation ids are ``"<flow>:<event_id>"``, so the same
+    event delivered to two flows is two activations, and delivered twice to one flow is one.
+
+    >>> from agents_loopguard import MemoryStore
+    >>> TriggerGuard(MemoryStore(), flow="orders-sync").activate("evt-1").depth
+    0
+    """
+
+    def __init__(self, store: Store, *, flow: str, max_depth: int = 0, clock: Callable[[], float] = time.time) -> None:
+        if not isinstance(flow, str) or not flow:
+            raise ValueError("flow must be a non-empty string naming the workflow")
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
+            raise ValueError(f"max_depth must be an int >= 0, got {max_depth!r}")
+        self.store = store
+        self.flow = flow
+        self.max_depth = max_depth
+        self.clock = clock
+
+    def activation_id(self, event_id: str) -> str:
+        """The activation (and task) id of ``event_id`` in this flow."""
+        return f"{self.flow}:{event_id}"
+
+    def activate(self, event_id: str, *, origin_operation_id: str | None = None) -> Activation | Outcome:
+        """Record the activation caused by ``event_id`` and decide whether the flow may run.
+
+        ``origin_operation_id`` is the operation that produced the event, when the event carries it (the row's
+        "written by" column, a header of the message...). Returns the :class:`Activation` to run (build its guard
+        with :meth:`guard`), or an :class:`Outcome`: ``stopped/trigger_chain`` when the event is the flow's own
+        effect beyond ``max_depth`` re-entries, or the stored outcome of an event that was already handled (the
+        same event delivered twice runs once). A refused activation is recorded as a finished task, so operators
+        see it like any other stop.
+        """
+        if not isinstance(event_id, str) or not event_id:
+            raise ValueError("event_id must be a non-empty string identifying the incoming event")
+        activation = self.store.activate(
+            self.flow,
+            self.activation_id(event_id),
+            origin_operation_id=origin_operation_id,
+            max_depth=self.max_depth,
+            now=float(self.clock()),
+        )
+        if not activation.granted:
+            return self._refused(activation)
+        if activation.duplicate:
+            finished = self._finished(activation.activation_id)
+            if finished is not None:
+                return finished
+        return activation
+
+    def guard(
+        self,
+        activation: Activation,
+        *,
+        budget: Budget,
+        policy: Policy | None = None,
+        secrets: Iterable[str] = (),
+    ) -> Guard:
+        """The guard of the run this activation starts: its task id is the activation id.
+
+        A redelivered activation that is still running gets the same task back (its counters and ledger continue);
+        build the guard for each run, never reuse one across activations.
+        """
+        if not activation.granted:
+            raise ValueError(
+                f"activation {activation.activation_id!r} was refused ({activation.reason}): do not run it"
+            )
+        if activation.flow != self.flow:
+            raise ValueError(f"activation {activation.activation_id!r} belongs to flow {activation.flow!r}")
+        return Guard(
+            budget=budget,
+            store=self.store,
+            task_id=activation.activation_id,
+            policy=policy,
+            clock=self.clock,
+            secrets=secrets,
+        )
+
+    def _finished(self, task_id: str) -> Outcome | None:
+        snapshot = self.store.task(task_id)
+        if snapshot is None or snapshot.outcome is None:
+            return None
+        try:
+            return RecoveryRecord.from_json(snapshot.outcome).to_outcome()
+        except RecordError as exc:
+            raise RecordError(f"task {task_id!r}: {exc}") from exc
+
+    def _refused(self, activation: Activation) -> Outcome:
+        guard = Guard(budget=_REFUSED_BUDGET, store=self.store, task_id=activation.activation_id, clock=self.clock)
+        if guard.outcome is not None:  # the same refused event, delivered again
+            return guard.outcome
+        origin = self.store.lookup_operation(activation.origin_operation_id or "")
+        cause = f"operation {activation.origin_operation_id!r}" + (f" of {origin.task_id!r}" if origin else "")
+        detail = (
+            f"flow {self.flow!r} was activated by its own effect, {cause}: re-entry {activation.depth} of chain "
+            f"{activation.chain_id!r} is beyond max_depth={self.max_depth}"
+        )
+        verdict = Verdict(
+            Status.STOPPED,
+            activation.reason or Reason.TRIGGER_CHAIN,
+            detail,
+            activation.origin_operation_id,
+        )
+        return guard.end(verdict)
