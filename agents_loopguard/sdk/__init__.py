@@ -1,0 +1,33 @@
+"""OpenAI Agents SDK adapter: decorate tools, run, read one Outcome.
+
+>>> from agents_loopguard.sdk import guarded_tool, run_guarded  # doctest: +SKIP
+
+* :func:`guarded_tool` / :func:`guard_tool`: function tools that declare their kind, a write's operation id and the
+  application's ``verify``; a refused call never runs the body.
+* :func:`run_guarded` / :func:`run_guarded_sync` / :func:`run_guarded_streamed`: run an agent under the task's
+  guard (every model attempt and tool execution reserved first; forced ``tool_choice`` released once no work
+  remains) and map how the run ended to one :class:`~agents_loopguard.Outcome`.
+"""
+
+from ._internal import OnRefusal, ToolSpec, current_guard
+from .hooks import GuardHooks
+from .model import GuardedModel, GuardedModelProvider
+from .run import GuardedStream, GuardStopped, run_guarded, run_guarded_streamed, run_guarded_sync
+from .tools import guard_tool, guarded_tool, tool_spec
+
+__all__ = [
+    "GuardHooks",
+    "GuardStopped",
+    "GuardedModel",
+    "GuardedModelProvider",
+    "GuardedStream",
+    "OnRefusal",
+    "ToolSpec",
+    "current_guard",
+    "guard_tool",
+    "guarded_tool",
+    "run_guarded",
+    "run_guarded_streamed",
+    "run_guarded_sync",
+    "tool_spec",
+]

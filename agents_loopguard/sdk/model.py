@@ -1,0 +1,137 @@
+"""A delegating ``Model`` that reserves every model attempt before it is sent, and releases a forced tool_choice.
+
+The SDK's ``on_llm_start`` hook fires once per turn, before its retry loop; a ``Model`` wrapper sees each attempt,
+so this is where the model counter is reserved (R1, R2). It is also the one place that acts on the exact request in
+streamed and non-streamed runs alike, which is why ``tool_choice`` is replaced here (R12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from agents.agent_output import AgentOutputSchemaBase
+from agents.handoffs import Handoff
+from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+from agents.model_settings import ModelSettings
+from agents.models.interface import Model, ModelProvider, ModelTracing
+from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest, ModelRetryNormalizedError
+from agents.tool import Tool
+
+from ._internal import GuardedRun, Halt
+
+if TYPE_CHECKING:
+    from openai.types.responses.response_prompt_param import ResponsePromptParam
+
+__all__ = ["GuardedModel", "GuardedModelProvider"]
+
+
+class GuardedModel(Model):
+    """Wraps a ``Model`` for one guarded run: each attempt is reserved first (a refusal ends the run with the
+    guard's reason and is never retried); a forced ``tool_choice`` becomes ``auto``/``none`` once no work remains.
+
+    The entry points wrap every model the run can reach; build one yourself only to drive ``Runner.run`` by hand.
+    """
+
+    def __init__(self, inner: Model, run: GuardedRun) -> None:
+        self._inner = inner
+        self._run = run
+
+    @property
+    def inner(self) -> Model:
+        """The wrapped model."""
+        return self._inner
+
+    def __getattr__(self, name: str) -> Any:
+        # The SDK probes optional private capabilities (e.g. _supports_default_prompt_cache_key) with getattr.
+        if name in ("_inner", "_run"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> ModelResponse:
+        settings = self._run.before_model_attempt(model_settings)
+        return await self._inner.get_response(
+            system_instructions,
+            input,
+            settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        settings = self._run.before_model_attempt(model_settings)
+        async for event in self._inner.stream_response(
+            system_instructions,
+            input,
+            settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        ):
+            yield event
+
+    def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
+        """The inner model's advice, except for a guard refusal: that is an abort, which no retry policy overrides."""
+        if isinstance(request.error, Halt):
+            return ModelRetryAdvice(
+                suggested=False,
+                reason=str(request.error),
+                normalized=ModelRetryNormalizedError(is_abort=True),
+            )
+        return self._inner.get_retry_advice(request)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        await self._inner._cleanup_on_run_end(owner)
+
+
+class GuardedModelProvider(ModelProvider):
+    """Wraps a ``ModelProvider`` so that every model it resolves (by name, every turn) is a :class:`GuardedModel`."""
+
+    def __init__(self, inner: ModelProvider, run: GuardedRun) -> None:
+        self._inner = inner
+        self._run = run
+
+    def get_model(self, model_name: str | None) -> Model:
+        model = self._inner.get_model(model_name)
+        return model if isinstance(model, GuardedModel) else GuardedModel(model, self._run)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -1,0 +1,578 @@
+"""Run an agent under the guard and read one Outcome: ``run_guarded`` (async), ``run_guarded_sync``, and
+``run_guarded_streamed``.
+
+An entry point builds (or takes) the task's :class:`~agents_loopguard.Guard`, makes it reachable from the tools
+(a contextvar), runs a guarded copy of the agent graph (every model wrapped, every plain function tool guarded as a
+read, handoff targets included; the application's agents are untouched), and maps how the SDK run ended to one
+:class:`~agents_loopguard.Outcome`:
+
+===============================================  ==============================================================
+SDK ending                                       Outcome
+===============================================  ==============================================================
+final output, done validated by a tool's verify  completed / validated_done (value: the verified tool output)
+final output accepted by ``verify_output``       completed / validated_done (value: the final output)
+final output, nothing validated it               partial / unverified_final (value: the last verified output)
+a guard refusal or stop                          its own status and reason (same_call, tool_budget, ...)
+``MaxTurnsExceeded`` (or its error handler)      stopped / max_turns
+``ToolTimeoutError``                             stopped / tool_timeout (a write: needs_reconciliation)
+guardrail tripwires                              stopped / guardrail
+``ModelBehaviorError``, ``ModelRefusalError``    stopped / model_behavior
+model API errors after the SDK's retries         stopped / model_error
+cancellation (task cancel, ``stream.cancel()``)  stopped / cancelled, calls in flight in ``Outcome.in_flight``
+approval interruptions                           needs_human / approval (``Outcome.result.to_state()``)
+a write whose effect is unknown                  needs_reconciliation / unknown_commit (or executor_exception)
+===============================================  ==============================================================
+
+Expected limits come back as outcomes, never as exceptions; ``Outcome.result`` keeps the SDK's ``RunResult`` (or
+the exception's ``run_data``). Programming errors (``UserError`` and anything unexpected) end the task as
+``stopped/fatal`` and are re-raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Literal
+
+import openai
+from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
+from agents.exceptions import (
+    AgentsException,
+    InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
+    ModelBehaviorError,
+    ModelRefusalError,
+    ModelTimeoutError,
+    OutputGuardrailTripwireTriggered,
+    RunErrorDetails,
+    ToolInputGuardrailTripwireTriggered,
+    ToolOutputGuardrailTripwireTriggered,
+    ToolTimeoutError,
+)
+from agents.lifecycle import RunHooks
+from agents.models.interface import Model, ModelProvider
+from agents.result import RunResult, RunResultBase, RunResultStreaming
+from agents.stream_events import StreamEvent
+
+from ..budget import Budget, Policy
+from ..core import Guard, Verdict
+from ..evidence import ResultStatus, parse_evidence
+from ..outcome import Outcome, Reason, Status
+from ..store.base import Store
+from ._internal import ACTIVE_RUN, GuardedRun, Halt, OnRefusal, Release, maybe_await, result_output
+from .hooks import GuardHooks
+from .model import GuardedModel, GuardedModelProvider
+from .tools import guard_undeclared
+
+__all__ = ["GuardStopped", "GuardedStream", "run_guarded", "run_guarded_streamed", "run_guarded_sync"]
+
+log = logging.getLogger(__name__)
+
+OutputVerifier = Callable[[Any], Any]
+"""``verify_output(final_output) -> bool | evidence`` (sync or async): the application's check of a final answer."""
+OnPause = Callable[[RunResultBase, Guard], Any]
+"""``on_pause(result, guard) -> pause_id | None`` (sync or async), called on an approval interruption before the
+outcome is stored: persist ``result.to_state()`` with the task there; the returned id becomes ``Outcome.pause_id``."""
+
+_GUARDRAIL_TRIPWIRES = (
+    InputGuardrailTripwireTriggered,
+    OutputGuardrailTripwireTriggered,
+    ToolInputGuardrailTripwireTriggered,
+    ToolOutputGuardrailTripwireTriggered,
+)
+_MISSING: Any = object()
+
+
+class GuardStopped(AgentsException):
+    """Raised by the entry points with ``on_refusal="raise"`` when the guard stopped the run; ``.outcome`` is the
+    (stored, sticky) outcome, ``.run_data`` the SDK's run data when the SDK had any."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(f"the guard stopped task {outcome.task_id}: {outcome.status}/{outcome.reason}")
+        self.outcome = outcome
+        if isinstance(outcome.result, RunErrorDetails):
+            self.run_data = outcome.result
+
+
+# --- preparing a run ---------------------------------------------------------------------------------------
+
+
+def _guard_of(
+    guard: Guard | None, budget: Budget | None, store: Store | None, task_id: str | None, policy: Policy | None
+) -> Guard:
+    if guard is not None:
+        if budget is not None or store is not None or task_id is not None or policy is not None:
+            raise ValueError("pass either guard= or budget=/store=/task_id=/policy=, not both")
+        return guard
+    if budget is None:
+        raise TypeError("a guarded run needs budget=Budget(model_turns=..., tool_executions=...) or guard=Guard(...)")
+    return Guard(budget=budget, store=store, task_id=task_id, policy=policy)
+
+
+@dataclasses.dataclass
+class _Prepared:
+    agent: Agent[Any]
+    run_config: RunConfig
+    hooks: GuardHooks
+    error_handlers: Any
+    owned_provider: ModelProvider | None
+
+
+def _guard_model(model: Any, run: GuardedRun) -> Any:
+    return GuardedModel(model, run) if isinstance(model, Model) and not isinstance(model, GuardedModel) else model
+
+
+def _undeclared(tool: FunctionTool) -> FunctionTool:
+    """Guard a plain tool as a read, once per tool object (rebuilding a tool's schema on every run costs time)."""
+    cached = tool.__dict__.get("_loopguard_guarded")
+    if cached is None:
+        cached = guard_undeclared(tool)
+        tool.__dict__["_loopguard_guarded"] = cached
+    return cached
+
+
+def _guard_agent(agent: Agent[Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Agent[Any]:
+    """A guarded copy of ``agent`` and of every agent it can hand off to (lazily, for ``Handoff`` objects)."""
+    seen = memo.get(id(agent))
+    if seen is not None:
+        return seen
+    clone = agent.clone(model=_guard_model(agent.model, run), model_settings=agent.model_settings)
+    memo[id(agent)] = clone
+    clone.tools = [_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+    clone.handoffs = [_guard_handoff(h, run, memo) for h in agent.handoffs]
+    return clone
+
+
+def _guard_handoff(target: Agent[Any] | Handoff[Any, Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Any:
+    if isinstance(target, Agent):
+        return _guard_agent(target, run, memo)
+    if not isinstance(target, Handoff):
+        return target
+    invoke = target.on_invoke_handoff
+
+    async def on_invoke_handoff(ctx: Any, input_json: str) -> Any:
+        agent = await invoke(ctx, input_json)
+        return _guard_agent(agent, run, memo) if isinstance(agent, Agent) else agent
+
+    return dataclasses.replace(target, on_invoke_handoff=on_invoke_handoff)
+
+
+def _prepare(
+    agent: Agent[Any],
+    run: GuardedRun,
+    *,
+    hooks: RunHooks[Any] | None,
+    run_config: RunConfig | dict[str, Any] | None,
+    error_handlers: Any,
+) -> _Prepared:
+    owned = run_config is None or (isinstance(run_config, dict) and "model_provider" not in run_config)
+    config = run_config if isinstance(run_config, RunConfig) else RunConfig(**(run_config or {}))
+    config = dataclasses.replace(
+        config,
+        model=_guard_model(config.model, run),
+        model_provider=GuardedModelProvider(config.model_provider, run),
+    )
+    handlers = error_handlers
+    if error_handlers and "max_turns" in error_handlers:
+        handle = error_handlers["max_turns"]
+
+        def marked(data: Any) -> Any:
+            run.max_turns_handled = True  # the SDK gives no sign that the handler replaced MaxTurnsExceeded
+            return handle(data)
+
+        handlers = {**error_handlers, "max_turns": marked}
+    return _Prepared(
+        agent=_guard_agent(agent, run, {}),
+        run_config=config,
+        hooks=GuardHooks(run, hooks),
+        error_handlers=handlers,
+        owned_provider=config.model_provider if owned else None,
+    )
+
+
+def _runner_kwargs(prepared: _Prepared, context: Any, max_turns: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "context": context,
+        "hooks": prepared.hooks,
+        "run_config": prepared.run_config,
+        "error_handlers": prepared.error_handlers,
+        **extra,
+    }
+    if max_turns is not _MISSING:
+        kwargs["max_turns"] = max_turns
+    return kwargs
+
+
+async def _close(prepared: _Prepared) -> None:
+    if prepared.owned_provider is not None:
+        try:
+            await prepared.owned_provider.aclose()
+        except Exception:  # as the SDK does for the provider it creates
+            log.warning("failed to close the model provider created for the run", exc_info=True)
+
+
+# --- concluding a run --------------------------------------------------------------------------------------
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _error_verdict(run: GuardedRun, error: BaseException) -> Verdict | None:
+    """What an exception out of the SDK run means; ``None`` for a programming error."""
+    if run.verdict is not None:  # decided by the guard before the SDK noticed anything
+        return run.verdict
+    if isinstance(error, Halt):
+        return error.verdict
+    for cause in _chain(error):
+        failed = run.failures.get(id(cause))
+        if failed is not None:  # a tool failure the guard recorded, re-raised by failure_error_function=None
+            return failed
+    if isinstance(error, MaxTurnsExceeded):
+        return Verdict(Status.STOPPED, Reason.MAX_TURNS, str(error))
+    if isinstance(error, ToolTimeoutError):
+        timed_out = next((f for f in run.interrupted if f.ticket.call.tool == error.tool_name), None)
+        if timed_out is None:
+            return Verdict(Status.STOPPED, Reason.TOOL_TIMEOUT, str(error))
+        run.interrupted.remove(timed_out)
+        return run.guard.fail(timed_out.ticket, error, reason=Reason.TOOL_TIMEOUT)
+    if isinstance(error, _GUARDRAIL_TRIPWIRES):
+        return Verdict(Status.STOPPED, Reason.GUARDRAIL, f"{type(error).__name__}: {error}")
+    if isinstance(error, (ModelBehaviorError, ModelRefusalError)):
+        return Verdict(Status.STOPPED, Reason.MODEL_BEHAVIOR, f"{type(error).__name__}: {error}")
+    if isinstance(error, (ModelTimeoutError, openai.APIError)):
+        return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{type(error).__name__}: {error}")
+    return None
+
+
+def _final_verdict(run: GuardedRun, output: Any, raw: Any, error: Exception | None) -> tuple[Verdict | None, Any]:
+    """The application's ``verify_output`` answer, judged like any evidence (a bool is accepted as ``done``)."""
+    if error is not None:
+        return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, f"verify_output raised {type(error).__name__}"), None
+    if isinstance(raw, bool):
+        done = raw
+    else:
+        evidence = parse_evidence(raw, status=ResultStatus.OK, current_revision=run.guard.revision)
+        if isinstance(evidence, str):
+            return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, f"verify_output: {evidence}"), None
+        done = evidence.done
+    if done:
+        return Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "the application validated the final output"), output
+    return None, None
+
+
+async def _conclude(
+    run: GuardedRun,
+    *,
+    result: RunResultBase | None,
+    error: BaseException | None,
+    cancelled: bool,
+    verify_output: OutputVerifier | None,
+    on_pause: OnPause | None,
+) -> Outcome:
+    """Map how the SDK run ended to the task's one Outcome (stored, sticky)."""
+    guard = run.guard
+    value: Any = _MISSING
+    pause_id: str | None = None
+    sdk_result: Any = result
+    if error is not None and not cancelled:
+        sdk_result = getattr(error, "run_data", None)
+    if cancelled or run.cancel_requested:
+        verdict: Verdict | None = Verdict(Status.STOPPED, Reason.CANCELLED, "the run was cancelled")
+    elif error is not None:
+        verdict = _error_verdict(run, error)
+        if verdict is None:
+            fatal, in_flight = run.closing(Verdict(Status.STOPPED, Reason.FATAL, f"{type(error).__name__}: {error}"))
+            guard.end(fatal, in_flight=in_flight, result=sdk_result)
+            raise error
+    else:
+        assert result is not None
+        run.drain_interrupted()
+        verdict = run.verdict
+        waiting = list(getattr(result, "interruptions", None) or ())
+        if verdict is None and waiting:
+            names = ", ".join(sorted({getattr(item, "name", None) or "tool" for item in waiting}))
+            verdict = Verdict(Status.NEEDS_HUMAN, Reason.APPROVAL, f"{len(waiting)} call(s) wait for approval: {names}")
+            if on_pause is not None:
+                paused = await maybe_await(on_pause(result, guard))
+                pause_id = paused if isinstance(paused, str) else None
+        elif verdict is None and run.max_turns_handled:
+            verdict = Verdict(Status.STOPPED, Reason.MAX_TURNS, "max_turns reached; an error handler gave the output")
+        elif verdict is None and run.done is not None:
+            verdict = run.done
+        elif verdict is None and verify_output is not None:
+            try:
+                raw, failure = await maybe_await(verify_output(result.final_output)), None
+            except Exception as exc:
+                raw, failure = None, exc
+            verdict, value = _final_verdict(run, result.final_output, raw, failure)
+            value = _MISSING if verdict is None else value
+    if verdict is None:
+        told = sorted({str(v.reason) for v in run.told})
+        detail = "the model gave a final answer; the application did not validate the task as done"
+        verdict = Verdict(
+            Status.PARTIAL, Reason.UNVERIFIED_FINAL, detail + (f" (refused: {', '.join(told)})" if told else "")
+        )
+    verdict, in_flight = run.closing(verdict)
+    if value is _MISSING:
+        value = result_output(verdict.value if verdict.status is Status.COMPLETED else guard.last_good)
+    outcome = guard.end(
+        dataclasses.replace(verdict, value=value), in_flight=in_flight, pause_id=pause_id, result=sdk_result
+    )
+    if run.on_refusal == "raise" and verdict is run.verdict and outcome.status is not Status.COMPLETED:
+        raise GuardStopped(outcome)
+    return outcome
+
+
+# --- entry points ------------------------------------------------------------------------------------------
+
+
+async def run_guarded(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    budget: Budget | None = None,
+    store: Store | None = None,
+    task_id: str | None = None,
+    policy: Policy | None = None,
+    guard: Guard | None = None,
+    verify_output: OutputVerifier | None = None,
+    on_refusal: OnRefusal = "end",
+    release_tool_choice: Release = "auto",
+    on_pause: OnPause | None = None,
+    context: Any = None,
+    max_turns: int | None = _MISSING,
+    hooks: RunHooks[Any] | None = None,
+    run_config: RunConfig | dict[str, Any] | None = None,
+    error_handlers: Any = None,
+    **runner_options: Any,
+) -> Outcome:
+    """Run ``agent`` on ``input`` under the task's guard and return its one :class:`~agents_loopguard.Outcome`.
+
+    Args:
+        budget, store, task_id, policy: build the task's :class:`~agents_loopguard.Guard` (or pass ``guard=``). The
+            budget is the task's, kept in ``store``: a second run of the same ``task_id`` continues its counters.
+        verify_output: optional ``verify_output(final_output) -> bool | evidence``: lets a final answer complete the
+            task. Without it only a tool's ``verify`` saying ``done`` completes it; any other answer is ``partial``.
+        on_refusal: ``"end"`` (default) ends the run with the refusal's outcome; ``"continue"`` tells the model why
+            a call was refused and goes on (the budget still holds; the same call stays refused); ``"raise"`` ends
+            the run and raises :class:`GuardStopped`.
+        release_tool_choice: what replaces a forced ``tool_choice`` once no work remains (``"auto"`` or ``"none"``).
+        on_pause: ``on_pause(result, guard) -> pause_id``, called on an approval interruption (persist the pause).
+        context, max_turns, hooks, run_config, error_handlers, **runner_options: as for ``Runner.run``.
+
+    A task that already ended returns its stored outcome without running anything.
+
+    >>> import asyncio
+    >>> from agents import Agent, set_tracing_disabled
+    >>> from agents.testing import ScriptedModel, assistant_message
+    >>> from agents_loopguard import Budget
+    >>> set_tracing_disabled(True)
+    >>> agent = Agent(name="a", model=ScriptedModel([[assistant_message("hi")]]))
+    >>> outcome = asyncio.run(run_guarded(agent, "hello", budget=Budget(model_turns=3, tool_executions=3)))
+    >>> outcome.status, outcome.reason, outcome.result.final_output
+    (<Status.PARTIAL: 'partial'>, <Reason.UNVERIFIED_FINAL: 'unverified_final'>, 'hi')
+    """
+    the_guard = _guard_of(guard, budget, store, task_id, policy)
+    if the_guard.outcome is not None:
+        return the_guard.outcome
+    run = GuardedRun(the_guard, on_refusal=on_refusal, release=release_tool_choice)
+    prepared = _prepare(agent, run, hooks=hooks, run_config=run_config, error_handlers=error_handlers)
+    kwargs = _runner_kwargs(prepared, context, max_turns, runner_options)
+    result: RunResult | None = None
+    error: BaseException | None = None
+    cancelled = False
+    token = ACTIVE_RUN.set(run)
+    try:
+        result = await Runner.run(prepared.agent, input, **kwargs)
+    except asyncio.CancelledError:
+        cancelled = True
+    except Exception as exc:
+        error = exc
+    finally:
+        ACTIVE_RUN.reset(token)
+        await _close(prepared)
+    return await _conclude(
+        run, result=result, error=error, cancelled=cancelled, verify_output=verify_output, on_pause=on_pause
+    )
+
+
+def _default_loop() -> asyncio.AbstractEventLoop:
+    """The thread's default loop, as ``Runner.run_sync`` uses it (clients bound to it stay usable across runs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        policy = asyncio.get_event_loop_policy()
+        try:
+            loop = policy.get_event_loop()
+        except RuntimeError:
+            loop = policy.new_event_loop()
+            policy.set_event_loop(loop)
+        if loop.is_closed():
+            loop = policy.new_event_loop()
+            policy.set_event_loop(loop)
+    return loop
+
+
+def run_guarded_sync(agent: Agent[Any], input: Any, **kwargs: Any) -> Outcome:
+    """:func:`run_guarded` for synchronous code (same arguments). Not callable while an event loop is running.
+
+    >>> from agents import Agent, set_tracing_disabled
+    >>> from agents.testing import ScriptedModel, assistant_message
+    >>> from agents_loopguard import Budget
+    >>> set_tracing_disabled(True)
+    >>> agent = Agent(name="a", model=ScriptedModel([[assistant_message("hi")]]))
+    >>> run_guarded_sync(agent, "hello", budget=Budget(model_turns=1, tool_executions=0)).used.models
+    1
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("run_guarded_sync() cannot be called while an event loop is running: await run_guarded()")
+    loop = _default_loop()
+    task = loop.create_task(run_guarded(agent, input, **kwargs))
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(task)
+        raise
+    finally:
+        with contextlib.suppress(RuntimeError):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+class GuardedStream:
+    """A streamed guarded run: iterate :meth:`stream_events`, then ``await`` :meth:`outcome`.
+
+    Expected limits never raise out of :meth:`stream_events`; they end the stream and become the outcome.
+    """
+
+    def __init__(
+        self,
+        run: GuardedRun,
+        result: RunResultStreaming | None,
+        prepared: _Prepared | None,
+        *,
+        verify_output: OutputVerifier | None,
+        on_pause: OnPause | None,
+        outcome: Outcome | None = None,
+    ) -> None:
+        self._run = run
+        self._result = result
+        self._prepared = prepared
+        self._verify_output = verify_output
+        self._on_pause = on_pause
+        self._outcome = outcome
+        self._error: BaseException | None = None
+        self._cancelled = False
+        self._consumed = result is None
+
+    @property
+    def result(self) -> RunResultStreaming | None:
+        """The SDK's streamed result (``None`` when the task had already ended and nothing ran)."""
+        return self._result
+
+    @property
+    def guard(self) -> Guard:
+        return self._run.guard
+
+    async def stream_events(self) -> AsyncIterator[StreamEvent]:
+        """The SDK's stream events, as ``RunResultStreaming.stream_events`` yields them (once)."""
+        if self._consumed or self._result is None:
+            return
+        self._consumed = True
+        try:
+            async for event in self._result.stream_events():
+                yield event
+        except asyncio.CancelledError:
+            self._cancelled = True
+            raise
+        except Exception as exc:
+            self._error = exc
+
+    def cancel(self, mode: Literal["immediate", "after_turn"] = "immediate") -> None:
+        """Cancel the run through the SDK (``immediate`` or ``after_turn``); the outcome is ``stopped/cancelled``
+        with the calls that were in flight."""
+        self._run.cancel_requested = True
+        if self._result is not None:
+            self._result.cancel(mode=mode)
+
+    async def outcome(self) -> Outcome:
+        """The run's outcome (consumes the remaining events first)."""
+        if self._outcome is None:
+            async for _ in self.stream_events():
+                pass
+            if self._prepared is not None:
+                await _close(self._prepared)
+            self._outcome = await _conclude(
+                self._run,
+                result=self._result if self._error is None else None,
+                error=self._error,
+                cancelled=self._cancelled,
+                verify_output=self._verify_output,
+                on_pause=self._on_pause,
+            )
+        return self._outcome
+
+
+def run_guarded_streamed(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    budget: Budget | None = None,
+    store: Store | None = None,
+    task_id: str | None = None,
+    policy: Policy | None = None,
+    guard: Guard | None = None,
+    verify_output: OutputVerifier | None = None,
+    on_refusal: OnRefusal = "end",
+    release_tool_choice: Release = "auto",
+    on_pause: OnPause | None = None,
+    context: Any = None,
+    max_turns: int | None = _MISSING,
+    hooks: RunHooks[Any] | None = None,
+    run_config: RunConfig | dict[str, Any] | None = None,
+    error_handlers: Any = None,
+    **runner_options: Any,
+) -> GuardedStream:
+    """Start a streamed guarded run (arguments as :func:`run_guarded`); call it inside a running event loop.
+
+    >>> import asyncio
+    >>> from agents import Agent, set_tracing_disabled
+    >>> from agents.testing import ScriptedModel, assistant_message
+    >>> from agents_loopguard import Budget
+    >>> set_tracing_disabled(True)
+    >>> async def main():
+    ...     agent = Agent(name="a", model=ScriptedModel([[assistant_message("hi")]]))
+    ...     stream = run_guarded_streamed(agent, "hello", budget=Budget(model_turns=2, tool_executions=2))
+    ...     async for _event in stream.stream_events():
+    ...         pass
+    ...     return await stream.outcome()
+    >>> asyncio.run(main()).status
+    <Status.PARTIAL: 'partial'>
+    """
+    the_guard = _guard_of(guard, budget, store, task_id, policy)
+    run = GuardedRun(the_guard, on_refusal=on_refusal, release=release_tool_choice)
+    if the_guard.outcome is not None:
+        return GuardedStream(run, None, None, verify_output=None, on_pause=None, outcome=the_guard.outcome)
+    prepared = _prepare(agent, run, hooks=hooks, run_config=run_config, error_handlers=error_handlers)
+    kwargs = _runner_kwargs(prepared, context, max_turns, runner_options)
+    token = ACTIVE_RUN.set(run)  # the SDK starts its run task now: that task copies this context
+    try:
+        result = Runner.run_streamed(prepared.agent, input, **kwargs)
+    finally:
+        ACTIVE_RUN.reset(token)
+    return GuardedStream(run, result, prepared, verify_output=verify_output, on_pause=on_pause)

@@ -1,0 +1,314 @@
+"""Guarded function tools: a drop-in for ``@function_tool`` that declares what the guard needs to know.
+
+The SDK builds the tool exactly as ``function_tool`` would (name, description, JSON schema, strictness, approval,
+timeout, guardrails: every keyword is passed through). The guard sits in two places of the invocation:
+
+* around ``on_invoke_tool`` (outside the SDK's failure handler): malformed JSON never reaches the SDK's parser but
+  the engine, as an ``invalid_call``;
+* right before the body, after the SDK validated the arguments against the schema: the execution is reserved there,
+  so a refused call, or one the schema rejects, never runs the body and never uses the budget.
+
+A tool finds the run it belongs to through a contextvar set by the entry points (``run_guarded`` and friends), which
+asyncio copies into parallel tool calls and into the thread of a sync tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, cast, overload
+
+from agents import FunctionTool, function_tool
+from agents.exceptions import UserError
+from agents.models.interface import Model
+from agents.run_config import RunConfig
+from agents.tool_context import ToolContext
+
+from ..core import KINDS, Kind, Verdict
+from ..outcome import Reason, Status
+from ._internal import ACTIVE_RUN, GuardedRun, ToolSpec, Verify, parse_arguments
+from .model import GuardedModel
+
+__all__ = ["guard_tool", "guarded_tool", "tool_spec"]
+
+_SPEC = "__loopguard_spec__"
+_FUNCTION = "__loopguard_function__"
+_INNER = "__loopguard_inner__"
+_ORIGINAL = "__loopguard_original__"
+
+
+@dataclass
+class _Invocation:
+    """Handed from the ``on_invoke_tool`` wrapper to the body shim of the same call (same task, same context)."""
+
+    run: GuardedRun
+    spec: ToolSpec
+    tool: str
+    args: dict[str, Any]
+    call_id: str | None
+    entered: bool = False
+
+
+_INVOCATION: ContextVar[_Invocation | None] = ContextVar("agents_loopguard_invocation", default=None)
+
+
+def _spec(
+    kind: Kind,
+    operation_id: Callable[[dict[str, Any]], Any] | None,
+    verify: Verify | None,
+    *,
+    name: str,
+    declared: bool = True,
+) -> ToolSpec:
+    if kind not in KINDS:
+        raise ValueError(f"tool {name!r}: kind {kind!r} is not one of {', '.join(sorted(KINDS))}")
+    if kind == "write":
+        if operation_id is None:
+            raise ValueError(
+                f"write tool {name!r} needs operation_id=callable(args) -> str: a stable business id derived from "
+                "the arguments (e.g. lambda a: f\"confirm-order-{a['order']}-v{a['version']}\"), never the call id"
+            )
+        if verify is None:
+            raise ValueError(
+                f"write tool {name!r} needs verify=callable(args, output) -> evidence: the application's check "
+                "that says whether the write committed"
+            )
+    elif operation_id is not None:
+        raise ValueError(f"tool {name!r}: operation_id only applies to kind='write'")
+    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, declared=declared)
+
+
+def _shim(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """An async function with ``func``'s signature, for ``function_tool``: the guard runs on the event loop right
+    before the body; a sync body still runs in a worker thread, as the SDK would run it."""
+    is_async = inspect.iscoroutinefunction(func)
+
+    @functools.wraps(func)
+    async def guarded_body(*args: Any, **kwargs: Any) -> Any:
+        invocation = _INVOCATION.get()
+
+        async def body() -> Any:
+            if is_async:
+                return await func(*args, **kwargs)
+            return await asyncio.to_thread(func, *args, **kwargs)
+
+        if invocation is None or invocation.entered:  # called directly, not through the SDK
+            return await body()
+        invocation.entered = True
+        run = invocation.run
+        call, why = run.call(invocation.spec, invocation.tool, invocation.args, invocation.call_id)
+        return await run.execute(invocation.spec, call, body, why_no_operation=why)
+
+    setattr(guarded_body, _ORIGINAL, func)
+    return guarded_body
+
+
+def _function_of(tool: FunctionTool) -> Callable[..., Any] | None:
+    """The Python function behind a tool made by ``function_tool`` (or by us), if there is one."""
+    known = getattr(tool.on_invoke_tool, _FUNCTION, None)
+    if known is not None:
+        return cast(Callable[..., Any], known)
+    if getattr(tool.on_invoke_tool, _SPEC, None) is not None:
+        return None  # guarded already, around an opaque invoker
+    try:
+        wrapped = tool.__wrapped__
+    except AttributeError:
+        return None
+    return cast(Callable[..., Any], getattr(wrapped, _ORIGINAL, wrapped))
+
+
+def _guarded_invoker(
+    inner: Callable[[ToolContext[Any], str], Awaitable[Any]],
+    spec: ToolSpec,
+    *,
+    function: Callable[..., Any] | None,
+    agent_tool: Any = None,
+) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
+    """The ``on_invoke_tool`` of a guarded tool (its first parameter is annotated ``ToolContext`` on purpose: the SDK
+    passes a bare ``RunContextWrapper``, without the call id, to a wrapper annotated that way).
+
+    ``function`` set: ``inner`` is the SDK invoker of the body shim, and the guard runs inside the shim.
+    ``function`` None (an opaque FunctionTool: agents as tools, MCP, hand-made tools): ``inner`` is the body.
+    """
+
+    async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
+        run = ACTIVE_RUN.get()
+        name = getattr(ctx, "tool_name", None) or "tool"
+        if run is None:
+            raise UserError(
+                f"guarded tool {name!r} was invoked outside a guarded run: run the agent with "
+                "agents_loopguard.sdk.run_guarded (or run_guarded_sync / run_guarded_streamed)"
+            )
+        call_id = getattr(ctx, "tool_call_id", None)
+        args, problem = parse_arguments(name, args_json)
+        if args is None:
+            return run.refuse_arguments(name, args_json, problem)
+        if agent_tool is not None:
+            _guard_nested_run(ctx, agent_tool, run)
+        if function is None:
+            call, why = run.call(spec, name, args, call_id)
+            return await run.execute(spec, call, lambda: inner(ctx, args_json), why_no_operation=why)
+        invocation = _Invocation(run, spec, name, args, call_id)
+        token = _INVOCATION.set(invocation)
+        try:
+            output = await inner(ctx, args_json)
+        except Exception:
+            if not invocation.entered:
+                run.report(_schema_rejected(name))
+            raise
+        finally:
+            _INVOCATION.reset(token)
+        if not invocation.entered:  # the SDK's schema validation refused the arguments; the body did not run
+            run.report(_schema_rejected(name))
+        return output
+
+    setattr(on_invoke_tool, _SPEC, spec)
+    setattr(on_invoke_tool, _FUNCTION, function)
+    setattr(on_invoke_tool, _INNER, inner)
+    return on_invoke_tool
+
+
+def _schema_rejected(name: str) -> Verdict:
+    return Verdict(Status.STOPPED, Reason.INVALID_CALL, f"the arguments for {name!r} do not match its JSON schema")
+
+
+def _guard_nested_run(ctx: ToolContext[Any], agent_tool: Any, run: GuardedRun) -> None:
+    """An agent used as a tool runs a nested ``Runner.run`` with ``ctx.run_config``: the guarded config reaches
+    its string models through the guarded provider; an agent holding a Model instance gets it wrapped here."""
+    model = getattr(agent_tool, "model", None)
+    config = ctx.run_config or RunConfig()
+    if config.model is None and isinstance(model, Model) and not isinstance(model, GuardedModel):
+        ctx.run_config = dataclasses.replace(config, model=GuardedModel(model, run))
+
+
+def tool_spec(tool: FunctionTool) -> ToolSpec | None:
+    """The guard declaration of a guarded tool, or ``None`` for a plain one.
+
+    >>> from agents import function_tool
+    >>> tool_spec(function_tool(lambda: "x", name_override="plain")) is None
+    True
+    """
+    spec = getattr(tool.on_invoke_tool, _SPEC, None)
+    return spec if isinstance(spec, ToolSpec) else None
+
+
+@overload
+def guarded_tool(func: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def guarded_tool(
+    *,
+    kind: Kind = "read",
+    operation_id: Callable[[dict[str, Any]], str] | None = None,
+    verify: Verify | None = None,
+    **function_tool_kwargs: Any,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def guarded_tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    kind: Kind = "read",
+    operation_id: Callable[[dict[str, Any]], str] | None = None,
+    verify: Verify | None = None,
+    **function_tool_kwargs: Any,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """``@function_tool`` with a guard declaration. Every ``function_tool`` keyword is passed through.
+
+    Args:
+        kind: ``read`` (default), ``write``, ``poll`` (asks about an async job) or ``page`` (one page of a listing).
+        operation_id: for writes (required): ``operation_id(args) -> str``, the stable business action the write
+            performs ("confirm order 42 at version 3"), derived from the arguments, never the model's call id.
+        verify: ``verify(args, output) -> evidence`` (sync or async): the application's trusted check. Evidence is an
+            :class:`~agents_loopguard.Evidence` or a mapping with ``revision`` (never goes back), ``done`` and
+            ``effect`` (``none``; writes: ``committed`` / ``not_committed`` / ``unknown``). Required for writes.
+            Without it a read proves no progress (revision unchanged), so the stall rule bounds it.
+
+    A refused call never runs the body; a committed write returns its stored result without running it.
+
+    >>> @guarded_tool(kind="write", operation_id=lambda a: f"refund-{a['order']}",
+    ...               verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"})
+    ... def refund(order: int) -> str:
+    ...     '''Refund an order.'''
+    ...     return f"refunded {order}"
+    >>> refund.name, refund.params_json_schema["required"], tool_spec(refund).kind
+    ('refund', ['order'], 'write')
+    """
+
+    def decorate(the_func: Callable[..., Any]) -> FunctionTool:
+        name = str(function_tool_kwargs.get("name_override") or getattr(the_func, "__name__", "tool"))
+        spec = _spec(kind, operation_id, verify, name=name)
+        if function_tool_kwargs.get("timeout") is not None and not inspect.iscoroutinefunction(the_func):
+            raise ValueError("FunctionTool timeout_seconds is only supported for async @function_tool handlers.")
+        built = function_tool(_shim(the_func), **function_tool_kwargs)
+        return dataclasses.replace(
+            built, on_invoke_tool=_guarded_invoker(built.on_invoke_tool, spec, function=the_func)
+        )
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def guard_tool(
+    tool: FunctionTool,
+    *,
+    kind: Kind = "read",
+    operation_id: Callable[[dict[str, Any]], str] | None = None,
+    verify: Verify | None = None,
+) -> FunctionTool:
+    """Guard a ``FunctionTool`` that already exists (made by ``function_tool``, ``agent.as_tool()``, by hand...).
+
+    Returns a copy (``dataclasses.replace``): same name, description, schema, approval, timeout and guardrails;
+    the original is untouched. Arguments as in :func:`guarded_tool`.
+
+    >>> from agents import function_tool
+    >>> @function_tool
+    ... def search(query: str) -> str:
+    ...     '''Search the catalogue.'''
+    ...     return "no hits"
+    >>> guarded = guard_tool(search, kind="read")
+    >>> guarded.name, guarded.params_json_schema == search.params_json_schema, tool_spec(search) is None
+    ('search', True, True)
+    """
+    return _guard(tool, _spec(kind, operation_id, verify, name=tool.name))
+
+
+def _guard(tool: FunctionTool, spec: ToolSpec) -> FunctionTool:
+    if not isinstance(tool, FunctionTool):
+        raise TypeError(f"guard_tool needs a FunctionTool, got {type(tool).__name__}")
+    function = _function_of(tool)
+    if function is not None:
+        rebuilt = function_tool(
+            _shim(function),
+            name_override=tool.name,
+            use_docstring_info=False,
+            strict_mode=tool.strict_json_schema,
+            allowed_callers=tool.allowed_callers,
+            output_json_schema=tool.output_json_schema,
+        )
+        carrier = dataclasses.replace(tool, on_invoke_tool=rebuilt.on_invoke_tool)  # keeps the failure policy
+        invoker = _guarded_invoker(carrier.on_invoke_tool, spec, function=function)
+    else:
+        inner = getattr(tool.on_invoke_tool, _INNER, tool.on_invoke_tool)
+        agent_tool = getattr(tool, "_agent_instance", None) if getattr(tool, "_is_agent_tool", False) else None
+        invoker = _guarded_invoker(inner, spec, function=None, agent_tool=agent_tool)
+    return dataclasses.replace(tool, on_invoke_tool=invoker)
+
+
+def guard_undeclared(tool: FunctionTool) -> FunctionTool:
+    """A plain tool found in the agent graph: guarded as a read without evidence (counted, bounded by the rules)."""
+    if tool_spec(tool) is not None:
+        return tool
+    return _guard(tool, ToolSpec(kind="read", declared=False))
+
+
+def is_guarded(tool: Any) -> bool:
+    return isinstance(tool, FunctionTool) and tool_spec(tool) is not None

@@ -1,0 +1,393 @@
+"""Guarded tools: a drop-in for @function_tool, refusals that never run the body, and where the guard is found."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import agents
+import pytest
+from agents import Agent, FunctionTool, ModelSettings, RunContextWrapper, function_tool
+from agents.exceptions import UserError
+from agents.testing import ScriptedModel, assistant_message, function_call
+from pydantic import BaseModel
+
+from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
+from agents_loopguard.sdk import current_guard, guard_tool, guarded_tool, run_guarded, tool_spec
+
+pytestmark = pytest.mark.timeout(30)
+agents.set_tracing_disabled(True)
+
+BUDGET = Budget(model_turns=10, tool_executions=10)
+DONE = {"revision": 1, "done": True, "effect": "none"}
+
+
+def committed(_args: dict[str, Any], _out: Any) -> dict[str, Any]:
+    return {"revision": 1, "done": False, "effect": "committed"}
+
+
+def calls(*turns: list[Any], final: str = "ok") -> ScriptedModel:
+    return ScriptedModel([*turns, [assistant_message(final)]])
+
+
+def run(agent: Agent[Any], **kwargs: Any) -> Any:
+    kwargs.setdefault("budget", BUDGET)
+    return asyncio.run(run_guarded(agent, "go", **kwargs))
+
+
+# --- drop-in parity --------------------------------------------------------------------------------------
+
+
+class Filter(BaseModel):
+    city: str
+    limit: int = 5
+
+
+def weather(ctx: RunContextWrapper[Any], city: str, days: int = 1, flt: Filter | None = None) -> str:
+    """Weather forecast.
+
+    Args:
+        city: The city.
+        days: How many days.
+        flt: An optional filter.
+    """
+    return f"sunny in {city}"
+
+
+async def aweather(city: str) -> str:
+    """Async weather."""
+    return f"sunny in {city}"
+
+
+async def approve_big(_ctx: Any, params: dict[str, Any], _call_id: str) -> bool:
+    return bool(params.get("amount", 0) > 10)
+
+
+@pytest.mark.parametrize(
+    ("func", "kwargs"),
+    [
+        (weather, {}),
+        (weather, {"name_override": "forecast", "description_override": "Forecast.", "docstring_style": "google"}),
+        (weather, {"strict_mode": False, "needs_approval": True}),
+        (aweather, {"timeout": 2.5, "timeout_behavior": "raise_exception", "is_enabled": False}),
+        (aweather, {"needs_approval": approve_big, "use_docstring_info": False}),
+    ],
+)
+def test_guarded_tool_builds_the_same_tool_as_function_tool(func: Any, kwargs: dict[str, Any]) -> None:
+    plain = function_tool(func, **kwargs)
+    guarded = guarded_tool(**kwargs)(func)
+    assert isinstance(guarded, FunctionTool)
+    for attr in (
+        "name",
+        "description",
+        "params_json_schema",
+        "strict_json_schema",
+        "needs_approval",
+        "timeout_seconds",
+        "timeout_behavior",
+        "is_enabled",
+    ):
+        assert getattr(guarded, attr) == getattr(plain, attr), attr
+    assert tool_spec(guarded) is not None and tool_spec(plain) is None
+
+
+def test_bare_decorator_and_sync_timeout_rule_match_function_tool() -> None:
+    assert guarded_tool(aweather).name == "aweather"
+    with pytest.raises(ValueError, match="only supported for async"):
+        function_tool(weather, timeout=1)
+    with pytest.raises(ValueError, match="only supported for async"):
+        guarded_tool(timeout=1)(weather)
+
+
+def test_declarations_are_checked_when_the_tool_is_made() -> None:
+    with pytest.raises(ValueError, match="needs operation_id"):
+        guarded_tool(kind="write", verify=committed)(aweather)
+    with pytest.raises(ValueError, match="needs verify"):
+        guarded_tool(kind="write", operation_id=lambda a: "x")(aweather)
+    with pytest.raises(ValueError, match="only applies to kind='write'"):
+        guarded_tool(kind="read", operation_id=lambda a: "x")(aweather)
+    with pytest.raises(ValueError, match="kind 'delete'"):
+        guarded_tool(kind="delete")(aweather)  # type: ignore[call-overload]
+
+
+def test_guard_tool_wraps_an_existing_function_tool_without_changing_it() -> None:
+    ran: list[str] = []
+
+    @function_tool(name_override="lookup", strict_mode=False, failure_error_function=None)
+    def original(city: str) -> str:
+        """Look up a city."""
+        ran.append(city)
+        return f"found {city}"
+
+    guarded = guard_tool(original, kind="read", verify=lambda a, out: DONE)
+    assert tool_spec(original) is None
+    assert (guarded.name, guarded.params_json_schema, guarded.strict_json_schema) == (
+        "lookup",
+        original.params_json_schema,
+        False,
+    )
+    model = calls([function_call("lookup", {"city": "Oslo"}, call_id="c1")])
+    outcome = run(Agent(name="a", model=model, tools=[guarded]))
+    assert (outcome.status, outcome.value, ran) == (Status.COMPLETED, "found Oslo", ["Oslo"])
+    regarded = guard_tool(guarded, kind="poll")  # declaring again replaces the declaration
+    assert tool_spec(regarded) is not None and tool_spec(regarded).kind == "poll"  # type: ignore[union-attr]
+
+
+def test_guard_tool_on_an_opaque_function_tool_counts_the_invoker_as_the_body() -> None:
+    ran: list[str] = []
+
+    async def invoke(_ctx: Any, args_json: str) -> str:
+        ran.append(args_json)
+        return "raw"
+
+    tool = FunctionTool(
+        name="raw",
+        description="hand made",
+        params_json_schema={"type": "object", "properties": {}, "additionalProperties": False, "required": []},
+        on_invoke_tool=invoke,
+    )
+    model = calls(*[[function_call("raw", {}, call_id=f"c{i}")] for i in range(4)])
+    outcome = run(Agent(name="a", model=model, tools=[guard_tool(tool)]))
+    assert (outcome.reason, outcome.used.tools, len(ran)) == (Reason.SAME_CALL, 2, 2)
+
+
+# --- refusals never run the body ---------------------------------------------------------------------------
+
+
+def test_a_refused_call_never_runs_the_body() -> None:
+    ran: list[str] = []
+
+    @guarded_tool
+    def search(query: str) -> str:
+        """Search."""
+        ran.append(query)
+        return "nothing"
+
+    model = calls(*[[function_call("search", {"query": "x"}, call_id=f"c{i}")] for i in range(5)])
+    outcome = run(Agent(name="a", model=model, tools=[search]))
+    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.SAME_CALL)
+    assert ran == ["x", "x"] and outcome.used.tools == 2
+
+
+@pytest.mark.parametrize("raw", ["{not json", "[1, 2]", '"text"', '{"q": NaN}'])
+def test_malformed_arguments_are_an_invalid_call_not_a_crash(raw: str) -> None:
+    ran: list[Any] = []
+
+    @guarded_tool
+    def search(q: float = 0) -> str:
+        """Search."""
+        ran.append(q)
+        return "hit"
+
+    model = calls([function_call("search", raw, call_id="c1")])
+    outcome = run(Agent(name="a", model=model, tools=[search]))
+    assert (outcome.status, outcome.reason, outcome.used.tools, ran) == (Status.STOPPED, Reason.INVALID_CALL, 0, [])
+
+
+def test_malformed_arguments_in_continue_mode_tell_the_model_and_go_on() -> None:
+    @guarded_tool(verify=lambda a, out: DONE)
+    def search(q: str) -> str:
+        """Search."""
+        return "hit"
+
+    model = calls([function_call("search", "{oops", call_id="c1")], [function_call("search", {"q": "x"}, call_id="c2")])
+    outcome = run(Agent(name="a", model=model, tools=[search]), on_refusal="continue")
+    assert (outcome.status, outcome.used.tools) == (Status.COMPLETED, 1)
+    told = [i for i in model.calls[1].input if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    assert "invalid_call" in told[0]["output"] and "not valid JSON" in told[0]["output"]
+
+
+def test_arguments_the_schema_rejects_are_refused_before_the_reservation() -> None:
+    ran: list[int] = []
+
+    @guarded_tool
+    def fetch(n: int) -> str:
+        """Fetch."""
+        ran.append(n)
+        return "x"
+
+    model = calls([function_call("fetch", {"n": "not a number"}, call_id="c1")])
+    outcome = run(Agent(name="a", model=model, tools=[fetch]))
+    assert (outcome.reason, outcome.used.tools, ran) == (Reason.INVALID_CALL, 0, [])
+
+
+def test_a_committed_write_returns_its_stored_result_without_running_again() -> None:
+    sent: list[int] = []
+
+    @guarded_tool(kind="write", operation_id=lambda a: f"pay-{a['order']}", verify=committed)
+    def pay(order: int, amount: float) -> dict[str, Any]:
+        """Pay an order."""
+        sent.append(order)
+        return {"receipt": f"r-{order}"}
+
+    store = MemoryStore()
+    script = [
+        [function_call("pay", {"order": 42, "amount": 5}, call_id="c1")],
+        [function_call("pay", {"amount": 5.0, "order": 42}, call_id="c2")],  # same action, other key order
+    ]
+    first = run(Agent(name="a", model=calls(*script), tools=[pay]), store=store, task_id="t1")
+    assert sent == [42] and first.used.tools == 1
+    # a second task (another run, same ledger) asks for the same business operation
+    second = run(Agent(name="a", model=calls(script[0]), tools=[pay]), store=store, task_id="t2")
+    assert sent == [42] and second.used.tools == 0
+    (record,) = store.operations()
+    assert (record.operation_id, record.state, record.result["output"]) == (
+        "pay-42",
+        OperationState.COMMITTED,
+        {"receipt": "r-42"},
+    )
+
+
+def test_a_write_whose_arguments_do_not_name_the_operation_is_refused() -> None:
+    @guarded_tool(kind="write", operation_id=lambda a: f"pay-{a['order']}", verify=committed)
+    def pay(amount: float, order: int = 0) -> str:
+        """Pay."""
+        raise AssertionError("must not run")
+
+    bad = ScriptedModel([[function_call("pay", {"amount": 5}, call_id="c1")], [assistant_message("x")]])
+    outcome = run(Agent(name="a", model=bad, tools=[pay]))
+    assert (outcome.reason, outcome.used.tools) == (Reason.MISSING_OPERATION_ID, 0)
+    assert "KeyError" in outcome.detail
+
+
+def test_a_guarded_tool_outside_a_guarded_run_says_what_to_do() -> None:
+    from agents import Runner
+
+    @guarded_tool
+    def search(q: str) -> str:
+        """Search."""
+        return "x"
+
+    agent = Agent(name="a", model=calls([function_call("search", {"q": "x"}, call_id="c1")]), tools=[search])
+    with pytest.raises(UserError, match="outside a guarded run: run the agent with"):
+        asyncio.run(Runner.run(agent, "go"))
+
+
+# --- evidence ----------------------------------------------------------------------------------------------
+
+
+def test_verify_may_be_async_and_sees_the_arguments_and_the_output() -> None:
+    seen: list[tuple[dict[str, Any], Any]] = []
+
+    async def verify(args: dict[str, Any], output: Any) -> dict[str, Any]:
+        seen.append((args, output))
+        return {"revision": 3, "done": args["q"] == "final", "effect": "none"}
+
+    @guarded_tool(verify=verify)
+    async def search(q: str) -> str:
+        """Search."""
+        return f"hits for {q}"
+
+    model = calls(
+        [function_call("search", {"q": "first"}, call_id="c1")],
+        [function_call("search", {"q": "final"}, call_id="c2")],
+    )
+    outcome = run(Agent(name="a", model=model, tools=[search]))
+    assert (outcome.status, outcome.revision, outcome.value) == (Status.COMPLETED, 3, "hits for final")
+    assert seen == [({"q": "first"}, "hits for first"), ({"q": "final"}, "hits for final")]
+
+
+def test_a_verifier_that_raises_or_lies_is_invalid_evidence() -> None:
+    @guarded_tool(verify=lambda a, out: {"revision": -1, "done": "yes", "effect": "none"})
+    def lying(q: str) -> str:
+        """Lie."""
+        return "x"
+
+    def boom(a: dict[str, Any], out: Any) -> Any:
+        raise RuntimeError("verifier down")
+
+    @guarded_tool(verify=boom)
+    def broken(q: str) -> str:
+        """Break."""
+        return "x"
+
+    for tool in (lying, broken):
+        model = calls([function_call(tool.name, {"q": "x"}, call_id="c1")])
+        outcome = run(Agent(name="a", model=model, tools=[tool]))
+        assert (outcome.status, outcome.reason, outcome.used.tools) == (Status.STOPPED, Reason.INVALID_EVIDENCE, 1)
+
+
+class Receipt(BaseModel):
+    id: str
+
+
+def test_structured_outputs_are_stored_as_json() -> None:
+    @guarded_tool(kind="write", operation_id=lambda a: f"op-{a['n']}", verify=committed)
+    def save(n: int) -> Receipt:
+        """Save."""
+        return Receipt(id=f"r{n}")
+
+    store = MemoryStore()
+    run(Agent(name="a", model=calls([function_call("save", {"n": 1}, call_id="c1")]), tools=[save]), store=store)
+    assert store.operations()[0].result == {"status": "ok", "output": {"id": "r1"}}
+
+
+# --- where the guard lives during a run -------------------------------------------------------------------
+
+
+def test_the_guard_reaches_parallel_calls_and_sync_tools_in_threads() -> None:
+    seen: list[tuple[str, str | None, bool]] = []
+    gate = threading.Barrier(2, timeout=5)
+
+    @guarded_tool
+    def sync_probe(n: int) -> str:
+        """Sync probe."""
+        guard = current_guard()
+        seen.append((threading.current_thread().name, guard.task_id if guard else None, True))
+        gate.wait()  # both sync calls run at once, in two threads
+        return "s"
+
+    @guarded_tool
+    async def async_probe(n: int) -> str:
+        """Async probe."""
+        await asyncio.sleep(0)
+        guard = current_guard()
+        seen.append(("loop", guard.task_id if guard else None, False))
+        return "a"
+
+    turn = [
+        function_call("sync_probe", {"n": 1}, call_id="c1"),
+        function_call("sync_probe", {"n": 2}, call_id="c2"),
+        function_call("async_probe", {"n": 3}, call_id="c3"),
+    ]
+    outcome = run(Agent(name="a", model=calls(turn), tools=[sync_probe, async_probe]), task_id="ctx-task")
+    assert outcome.used.tools == 3
+    assert sorted(task for _, task, _ in seen) == ["ctx-task"] * 3
+    threads = {name for name, _, is_sync in seen if is_sync}
+    assert len(threads) == 2 and threading.main_thread().name not in threads
+
+
+def test_two_concurrent_guarded_runs_keep_their_own_guards() -> None:
+    @guarded_tool
+    async def whoami(n: int) -> str:
+        """Who am I."""
+        await asyncio.sleep(0.01)
+        guard = current_guard()
+        return guard.task_id if guard else "none"
+
+    async def both() -> list[Any]:
+        runs = [
+            run_guarded(
+                Agent(name="a", model=calls([function_call("whoami", {"n": i}, call_id="c1")]), tools=[whoami]),
+                "go",
+                budget=BUDGET,
+                task_id=f"task-{i}",
+            )
+            for i in range(2)
+        ]
+        return await asyncio.gather(*runs)
+
+    first, second = asyncio.run(both())
+    assert (first.value, second.value) == ("task-0", "task-1")  # the last verified output of each run
+
+
+def test_tool_choice_of_the_agent_is_not_touched() -> None:
+    agent = Agent(
+        name="a",
+        model=calls(),
+        model_settings=ModelSettings(tool_choice="required"),
+        reset_tool_choice=False,
+    )
+    run(agent)
+    assert agent.model_settings.tool_choice == "required"
