@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
 import openai
-from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
+from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, RunState
 from agents.exceptions import (
     AgentsException,
     InputGuardrailTripwireTriggered,
@@ -192,6 +192,15 @@ def _prepare(
         error_handlers=handlers,
         owned_provider=config.model_provider if owned else None,
     )
+
+
+async def _resumable(input: Any, prepared: _Prepared) -> Any:
+    """A ``RunState`` was restored against the application's agents; the SDK resumes with the state's agents, so
+    the state is restored again against their guarded copies (agents match by name), keeping its context."""
+    if not isinstance(input, RunState):
+        return input
+    data = input.to_json(context_serializer=lambda _context: {})
+    return await RunState.from_json(prepared.agent, data, context_override=getattr(input, "_context", None))
 
 
 def _runner_kwargs(prepared: _Prepared, context: Any, max_turns: Any, extra: dict[str, Any]) -> dict[str, Any]:
@@ -393,7 +402,7 @@ async def run_guarded(
     cancelled = False
     token = ACTIVE_RUN.set(run)
     try:
-        result = await Runner.run(prepared.agent, input, **kwargs)
+        result = await Runner.run(prepared.agent, await _resumable(input, prepared), **kwargs)
     except asyncio.CancelledError:
         cancelled = True
     except Exception as exc:
@@ -455,46 +464,51 @@ def run_guarded_sync(agent: Agent[Any], input: Any, **kwargs: Any) -> Outcome:
 
 
 class GuardedStream:
-    """A streamed guarded run: iterate :meth:`stream_events`, then ``await`` :meth:`outcome`.
-
-    Expected limits never raise out of :meth:`stream_events`; they end the stream and become the outcome.
+    """A streamed guarded run: iterate :meth:`stream_events` (which starts the run), then ``await``
+    :meth:`outcome`. Expected limits never raise out of :meth:`stream_events`; they end the stream and become the
+    outcome.
     """
 
     def __init__(
         self,
         run: GuardedRun,
-        result: RunResultStreaming | None,
-        prepared: _Prepared | None,
         *,
+        start: Callable[[], Any] | None,
+        prepared: _Prepared | None,
         verify_output: OutputVerifier | None,
         on_pause: OnPause | None,
         outcome: Outcome | None = None,
     ) -> None:
         self._run = run
-        self._result = result
+        self._start = start
         self._prepared = prepared
+        self._result: RunResultStreaming | None = None
         self._verify_output = verify_output
         self._on_pause = on_pause
         self._outcome = outcome
         self._error: BaseException | None = None
         self._cancelled = False
-        self._consumed = result is None
+        self._consumed = start is None
 
     @property
     def result(self) -> RunResultStreaming | None:
-        """The SDK's streamed result (``None`` when the task had already ended and nothing ran)."""
+        """The SDK's streamed result, once the run started (``None`` before, or if the task had already ended)."""
         return self._result
 
     @property
     def guard(self) -> Guard:
+        """The task's guard."""
         return self._run.guard
 
     async def stream_events(self) -> AsyncIterator[StreamEvent]:
-        """The SDK's stream events, as ``RunResultStreaming.stream_events`` yields them (once)."""
-        if self._consumed or self._result is None:
+        """Start the run and yield the SDK's stream events (``RunResultStreaming.stream_events``), once."""
+        if self._consumed or self._start is None:
             return
         self._consumed = True
         try:
+            if self._run.cancel_requested:  # cancelled before it started: nothing runs
+                return
+            self._result = await self._start()
             async for event in self._result.stream_events():
                 yield event
         except asyncio.CancelledError:
@@ -548,7 +562,8 @@ def run_guarded_streamed(
     error_handlers: Any = None,
     **runner_options: Any,
 ) -> GuardedStream:
-    """Start a streamed guarded run (arguments as :func:`run_guarded`); call it inside a running event loop.
+    """A streamed guarded run (arguments as :func:`run_guarded`): the run starts when :meth:`GuardedStream.stream_events`
+    is first iterated, inside the running event loop.
 
     >>> import asyncio
     >>> from agents import Agent, set_tracing_disabled
@@ -567,12 +582,18 @@ def run_guarded_streamed(
     the_guard = _guard_of(guard, budget, store, task_id, policy)
     run = GuardedRun(the_guard, on_refusal=on_refusal, release=release_tool_choice)
     if the_guard.outcome is not None:
-        return GuardedStream(run, None, None, verify_output=None, on_pause=None, outcome=the_guard.outcome)
+        return GuardedStream(
+            run, start=None, prepared=None, verify_output=None, on_pause=None, outcome=the_guard.outcome
+        )
     prepared = _prepare(agent, run, hooks=hooks, run_config=run_config, error_handlers=error_handlers)
     kwargs = _runner_kwargs(prepared, context, max_turns, runner_options)
-    token = ACTIVE_RUN.set(run)  # the SDK starts its run task now: that task copies this context
-    try:
-        result = Runner.run_streamed(prepared.agent, input, **kwargs)
-    finally:
-        ACTIVE_RUN.reset(token)
-    return GuardedStream(run, result, prepared, verify_output=verify_output, on_pause=on_pause)
+
+    async def start() -> RunResultStreaming:
+        resumed = await _resumable(input, prepared)
+        token = ACTIVE_RUN.set(run)  # the SDK starts its run task now: that task copies this context
+        try:
+            return Runner.run_streamed(prepared.agent, resumed, **kwargs)
+        finally:
+            ACTIVE_RUN.reset(token)
+
+    return GuardedStream(run, start=start, prepared=prepared, verify_output=verify_output, on_pause=on_pause)
