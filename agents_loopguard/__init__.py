@@ -1,5 +1,7 @@
 """agents_loopguard: stop AI agents caught in tool loops, before execution, without losing useful state."""
 
+import logging as _logging
+
 from .budget import Budget, Policy
 from .canonical import CanonicalError, canonical_json, fingerprint, redact
 from .core import Call, Guard, Ticket, Verdict, create_runner, parse_call
@@ -53,3 +55,6 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# a library logs, the application decides where to: no output unless logging is configured
+_logging.getLogger("agents_loopguard").addHandler(_logging.NullHandler())
