@@ -283,42 +283,47 @@ class Guard:
             return self._refuse(call, Verdict(Status.STOPPED, Reason.INVALID_CALL, str(exc)), at=at)
         if self.budget.expired(at):
             return self._refuse(call, Verdict(Status.STOPPED, Reason.DEADLINE, "deadline reached"), at=at, fp=fp)
-        if call.kind == "write":
-            if not call.operation_id:
-                verdict = Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
-                return self._refuse(call, verdict, at=at, fp=fp)
-            existing = self.store.lookup_operation(call.operation_id)
-            if existing is not None:
-                ticket = self._existing_operation(call, proposal, fp, existing.payload, existing.state, existing.result)
-                if ticket is not None:
-                    return ticket if isinstance(ticket, Ticket) else self._refuse(call, ticket, at=at, fp=fp)
+        if call.kind == "write" and not call.operation_id:
+            verdict = Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
+            return self._refuse(call, verdict, at=at, fp=fp)
         poll = call.kind == "poll"
         retries = self._transient.get(f"{fp}@{self.revision}", 0) if retry_of and retry_of.fingerprint == fp else 0
-        grant = self.store.reserve_execution(
-            self.task_id,
-            fp,
-            max_repeats=(self.policy.max_polls if poll else self.policy.max_same_call) + retries,
-            now=at,
-            max_wait=self.policy.max_wait if poll else None,
-            poll=poll,
-        )
-        self.used, self.revision = grant.used, max(self.revision, grant.revision)
+        max_repeats = (self.policy.max_polls if poll else self.policy.max_same_call) + retries
+        if call.kind == "write":
+            assert call.operation_id is not None
+            # one store step: the ledger first (no counter moves for a replay, a conflict or an unknown write),
+            # then the execution and the operation together
+            reservation = self.store.reserve_write(
+                self.task_id, call.operation_id, fp, call.tool, max_repeats=max_repeats, now=at
+            )
+            granted, claim = reservation.grant, reservation.claim
+            if granted is not None:
+                self.used, self.revision = granted.used, max(self.revision, granted.revision)
+            if claim is not None and not claim.claimed:  # in the ledger already, or reserved by another worker
+                rec = claim.record
+                decided = self._existing_operation(call, proposal, fp, rec.payload, rec.state, rec.result)
+                if isinstance(decided, Ticket):
+                    return decided
+                verdict = decided or Verdict(
+                    Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT, "reserved by another worker", call.operation_id
+                )
+                return self._refuse(call, verdict, at=at, fp=fp)
+            assert granted is not None, "reserve_write answers with a grant or an unclaimed record"
+            grant = granted
+        else:
+            grant = self.store.reserve_execution(
+                self.task_id,
+                fp,
+                max_repeats=max_repeats,
+                now=at,
+                max_wait=self.policy.max_wait if poll else None,
+                poll=poll,
+            )
+            self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:
             reason = grant.reason or Reason.STOP_REQUESTED
             detail = grant.detail or _REFUSALS.get(reason, "").format(tool=call.tool, revision=grant.revision)
             return self._refuse(call, Verdict(Status.STOPPED, reason, detail), at=at, fp=fp)
-        if call.kind == "write":
-            assert call.operation_id is not None
-            claim = self.store.reserve_operation(self.task_id, call.operation_id, fp, call.tool, now=at)
-            if not claim.claimed:  # another worker reserved it between our lookup and our reservation
-                rec = claim.record
-                raced = self._existing_operation(call, proposal, fp, rec.payload, rec.state, rec.result)
-                if isinstance(raced, Ticket):
-                    return raced
-                verdict = raced or Verdict(
-                    Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT, "reserved by another worker", call.operation_id
-                )
-                return self._refuse(call, verdict, at=at, fp=fp)
         return Ticket(call, proposal, fp, grant.revision, used=grant.used)
 
     def _existing_operation(

@@ -34,6 +34,7 @@ __all__ = [
     "TaskSnapshot",
     "TraceEntry",
     "TransitionRecord",
+    "WriteReservation",
 ]
 
 
@@ -85,6 +86,16 @@ class OperationClaim:
     """True when this caller now owns the execution (the record is ``unknown`` and was created or re-opened)."""
     record: OperationRecord
     """The record after the call: the caller's own reservation, or the one that was already there."""
+
+
+@dataclass(frozen=True)
+class WriteReservation:
+    """The answer to :meth:`Store.reserve_write`: the execution grant and the ledger claim, decided together."""
+
+    grant: Grant | None
+    """None when the ledger answered before any counter was touched (the operation exists and may not run again)."""
+    claim: OperationClaim | None
+    """The ledger's answer; None when the execution was refused (then nothing was reserved or claimed)."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +283,35 @@ class Store(abc.ABC):
         Claimed when the id is new, or when it is ``not_committed`` with the same payload (a verified retry).
         Otherwise the existing record is returned unclaimed (committed, unknown, or another payload).
         """
+
+    def reserve_write(
+        self,
+        task_id: str,
+        operation_id: str,
+        fingerprint: str,
+        tool: str,
+        *,
+        max_repeats: int,
+        now: float = 0.0,
+    ) -> WriteReservation:
+        """Reserve a write's execution and its operation in one step, before the write runs.
+
+        In order: an operation already in the ledger that may not run again (committed, unknown, or another
+        payload) is returned unclaimed and no counter is touched; otherwise the execution is reserved as by
+        :meth:`reserve_execution` (refusal: nothing changes) and the operation as by :meth:`reserve_operation`.
+
+        This default composes those three methods (under concurrency a claim lost between them has still used the
+        execution); :class:`~agents_loopguard.store.sql.SQLStore` does it atomically, in one statement on PostgreSQL.
+        """
+        existing = self.lookup_operation(operation_id)
+        if existing is not None and not (
+            existing.state is OperationState.NOT_COMMITTED and existing.payload == fingerprint
+        ):
+            return WriteReservation(None, OperationClaim(False, existing))
+        grant = self.reserve_execution(task_id, fingerprint, max_repeats=max_repeats, now=now)
+        if not grant.granted:
+            return WriteReservation(grant, None)
+        return WriteReservation(grant, self.reserve_operation(task_id, operation_id, fingerprint, tool, now=now))
 
     @abc.abstractmethod
     def operations(self, task_id: str | None = None) -> list[OperationRecord]:

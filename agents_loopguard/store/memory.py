@@ -25,6 +25,7 @@ from .base import (
     TaskSnapshot,
     TraceEntry,
     TransitionRecord,
+    WriteReservation,
 )
 
 __all__ = ["MemoryStore"]
@@ -206,6 +207,19 @@ class MemoryStore(Store):
                 self._operations[operation_id] = record
                 return OperationClaim(True, record)
             return OperationClaim(False, old)
+
+    def reserve_write(
+        self,
+        task_id: str,
+        operation_id: str,
+        fingerprint: str,
+        tool: str,
+        *,
+        max_repeats: int,
+        now: float = 0.0,
+    ) -> WriteReservation:
+        with self._lock:  # the base class's three steps under one lock: atomic for this process's threads
+            return super().reserve_write(task_id, operation_id, fingerprint, tool, max_repeats=max_repeats, now=now)
 
     def operations(self, task_id: str | None = None) -> list[OperationRecord]:
         with self._lock:
