@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import doctest
 import json
 from collections.abc import Iterator
@@ -147,16 +148,23 @@ def run_loop(
     tools: list[GuardedTool],
     client_options: dict[str, Any] | None = None,
     prompt: str = "Confirm order 42 at version 3.",
+    sync_client: openai.OpenAI | None = None,
     **kwargs: Any,
 ) -> Outcome:
-    """Run the loop of ``api`` (chat/responses) in ``mode`` (sync/async) with a real openai client."""
+    """Run the loop of ``api`` (chat/responses) in ``mode`` (sync/async) with a real openai client.
+
+    ``sync_client`` reuses one client's connection pool (pointed at ``server`` with ``with_options``)."""
     options = {"base_url": server.base_url, "api_key": "test", "max_retries": 2, **(client_options or {})}
     if api == "chat":
         kwargs["messages"] = [{"role": "user", "content": prompt}]
     else:
         kwargs["input"] = prompt
     if mode == "sync":
-        with openai.OpenAI(**options) as client:
+        with (
+            contextlib.nullcontext(sync_client.with_options(base_url=server.base_url))
+            if sync_client
+            else (openai.OpenAI(**options)) as client
+        ):
             if api == "chat":
                 return run_chat_completions(client, model=MODEL, tools=tools, **kwargs)
             return run_responses(client, model=MODEL, tools=tools, **kwargs)
