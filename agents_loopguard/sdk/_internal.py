@@ -170,7 +170,7 @@ class GuardedRun:
 
     guard: Guard
     on_refusal: OnRefusal = "end"
-    release: Release = "auto"
+    release: Release = "none"
     verdict: Verdict | None = None
     """The verdict that ends this run (first wins). Checked at every checkpoint."""
     done: Verdict | None = None

@@ -356,7 +356,7 @@ async def run_guarded(
     guard: Guard | None = None,
     verify_output: OutputVerifier | None = None,
     on_refusal: OnRefusal = "end",
-    release_tool_choice: Release = "auto",
+    release_tool_choice: Release = "none",
     on_pause: OnPause | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
@@ -375,7 +375,8 @@ async def run_guarded(
         on_refusal: ``"end"`` (default) ends the run with the refusal's outcome; ``"continue"`` tells the model why
             a call was refused and goes on (the budget still holds; the same call stays refused); ``"raise"`` ends
             the run and raises :class:`GuardStopped`.
-        release_tool_choice: what replaces a forced ``tool_choice`` once no work remains (``"auto"`` or ``"none"``).
+        release_tool_choice: what replaces a forced ``tool_choice`` once no work remains: ``"none"`` (default, as the
+            raw function-calling loop does: the model answers) or ``"auto"``.
         on_pause: ``on_pause(result, guard) -> pause_id``, called on an approval interruption (persist the pause).
         context, max_turns, hooks, run_config, error_handlers, **runner_options: as for ``Runner.run``.
 
@@ -553,7 +554,7 @@ def run_guarded_streamed(
     guard: Guard | None = None,
     verify_output: OutputVerifier | None = None,
     on_refusal: OnRefusal = "end",
-    release_tool_choice: Release = "auto",
+    release_tool_choice: Release = "none",
     on_pause: OnPause | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
@@ -562,8 +563,8 @@ def run_guarded_streamed(
     error_handlers: Any = None,
     **runner_options: Any,
 ) -> GuardedStream:
-    """A streamed guarded run (arguments as :func:`run_guarded`): the run starts when :meth:`GuardedStream.stream_events`
-    is first iterated, inside the running event loop.
+    """A streamed guarded run (arguments as :func:`run_guarded`): the run starts, inside the running event loop,
+    when :meth:`GuardedStream.stream_events` is first iterated.
 
     >>> import asyncio
     >>> from agents import Agent, set_tracing_disabled
