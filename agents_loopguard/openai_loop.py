@@ -498,6 +498,7 @@ class _Loop:
         self.ran: set[str] = set()
         """Tools whose call settled successfully (a forced function that ran is no longer forced)."""
         self.in_flight: Ticket | None = None
+        """The execution reserved and not yet settled (what a cancellation leaves in flight)."""
         self.doing = ""
 
     # -- helpers
@@ -731,21 +732,22 @@ class _Loop:
                 result = ticket.result
                 output = result.get("output") if isinstance(result, Mapping) else result
             else:
-                self.in_flight = ticket
+                self.in_flight = ticket  # until settled: executed but unverified is still in flight
                 answer = yield _Invoke(tool, args)
-                self.in_flight = None
                 if answer.error is None:
                     output = answer.value
                     result = {"status": "ok", "output": output}
                 else:
                     kind = tool.retry.classify(answer.error)
                     if kind is None:
+                        self.in_flight = None
                         return "", guard.fail(ticket, answer.error)
                     failure = output = ToolFailure(answer.error, kind, attempt)
                     status = "retryable" if kind == "transient" else "needs_human"
                     result = {"status": status, "error": guard.storable(str(failure))}
             verify = yield from self._evidence(tool, args, output, failure)
             verdict = guard.settle(ticket, result, verify)
+            self.in_flight = None
             if verdict is not None:
                 if failure is not None and failure.kind == "permission" and verdict.reason is Reason.APPROVAL:
                     detail = f"{tool.name}: {guard.storable(str(failure))}: a permission error is never retried"

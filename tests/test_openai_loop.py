@@ -689,22 +689,27 @@ def test_an_unclassified_tool_exception_ends_the_run_through_guard_fail(
 # --------------------------------------------------------------------------- cancellation (R3)
 
 
-@pytest.mark.parametrize("api", ["chat", "responses"])
-def test_cancelling_the_async_loop_records_the_write_in_flight(server: ScriptedOpenAIServer, api: str) -> None:
+@pytest.mark.parametrize(("api", "hang_in"), [("chat", "tool"), ("responses", "tool"), ("chat", "verify")])
+def test_cancelling_the_async_loop_records_the_write_in_flight(
+    server: ScriptedOpenAIServer, api: str, hang_in: str
+) -> None:
     started = asyncio.Event()
 
-    async def confirm(order_id: int, version: int) -> dict[str, Any]:
+    async def hang() -> None:
         started.set()
         await asyncio.sleep(3600)
-        return {}
 
-    tool = GuardedTool(
-        "confirm_order",
-        confirm,
-        kind="write",
-        operation_id=Shop.operation_id,
-        verify=lambda a, o: {"revision": 1, "done": True, "effect": "committed"},
-    )
+    async def confirm(order_id: int, version: int) -> dict[str, Any]:
+        if hang_in == "tool":
+            await hang()
+        return {"receipt": "r-1"}
+
+    async def verify(args: Any, output: Any) -> dict[str, Any]:  # asks the receiver over the network
+        if hang_in == "verify":
+            await hang()
+        return {"revision": 1, "done": True, "effect": "committed"}
+
+    tool = GuardedTool("confirm_order", confirm, kind="write", operation_id=Shop.operation_id, verify=verify)
     server.add(tool_call("confirm_order", CONFIRM_42))
     store = MemoryStore()
     guard = Guard(budget=Budget(5, 5), store=store, task_id="cancel-me")
