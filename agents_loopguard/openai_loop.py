@@ -553,7 +553,8 @@ class _Loop:
         return None
 
     def _invalid(self, proposed: _Proposed, kind: str, detail: str) -> Verdict:
-        """Refuse a call the guard cannot even parse, through the guard (so it is traced and counted alike)."""
+        """Refuse a call that is not a valid call of an offered tool, through the guard's own validation (so it is
+        refused, traced and ended like any other invalid proposal; nothing is reserved)."""
         verdict = self.guard.authorize({"tool": proposed.name, "kind": kind, "args": None})
         assert isinstance(verdict, Verdict), "a call without arguments is never authorized"
         return replace(verdict, detail=detail) if verdict.reason is Reason.INVALID_CALL else verdict
@@ -573,7 +574,8 @@ class _Loop:
                 verdict = self.guard.fail(ticket, exc, reason=Reason.CANCELLED)
                 in_flight: tuple[str, ...] = (ticket.call.call_id or ticket.call.tool,)
             else:
-                verdict = Verdict(Status.STOPPED, Reason.CANCELLED, f"{type(exc).__name__} during {self.doing}")
+                during = self.doing or "the loop"
+                verdict = Verdict(Status.STOPPED, Reason.CANCELLED, f"{type(exc).__name__} during {during}")
                 in_flight = ()
             self.guard.end(verdict, in_flight=in_flight, result=self.result)
             raise
