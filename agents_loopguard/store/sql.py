@@ -21,6 +21,7 @@ and is retried from a fresh snapshot, so every step behaves as if the steps ran 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -29,13 +30,12 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, Connection, Engine, Integer, Row, Table, Text, event
+from sqlalchemy import BigInteger, Connection, Engine, Integer, Table, Text, event
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite as lite
 from sqlalchemy.engine import URL, make_url
@@ -79,6 +79,10 @@ DEFAULT_URL = "sqlite:///.loopguard/loopguard.db"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite connection waits for another process's write lock before giving up."""
+SQLITE_SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
+"""Accepted ``?synchronous=`` values of a SQLite URL. FULL (the default) makes each commit durable before the step
+returns, so a write's ``unknown`` reservation survives a power loss before the tool runs; NORMAL may lose the last
+commits on a power loss (not on a process crash)."""
 _PG_RETRIES = 200
 """Attempts of one PostgreSQL step that keeps losing races (serialization failure, deadlock) before giving up."""
 
@@ -90,6 +94,10 @@ T = TypeVar("T")
 
 class _Table(SQLModel, registry=registry()):
     """Base of the store's tables: their own metadata, so an application's ``SQLModel.metadata`` leaves them alone."""
+
+
+_COMPACT = {"sqlite_with_rowid": False}
+"""SQLite: a table keyed by text is one b-tree, not a rowid table plus a key index (fewer pages per commit)."""
 
 
 def _big(**kwargs: Any) -> Any:
@@ -104,6 +112,7 @@ class MetaRow(_Table, table=True):
     """Facts about the database itself: ``schema_version``."""
 
     __tablename__ = "loopguard_meta"
+    __table_args__ = _COMPACT
     key: str = Field(primary_key=True, max_length=64)
     value: str
 
@@ -112,6 +121,7 @@ class TaskRow(_Table, table=True):
     """A task: its limits, counters, progress, stop mark and terminal outcome (the recovery record, as JSON)."""
 
     __tablename__ = "loopguard_tasks"
+    __table_args__ = _COMPACT
     task_id: str = Field(primary_key=True)
     model_turns: int = _big()
     tool_executions: int = _big()
@@ -135,6 +145,7 @@ class OperationRow(_Table, table=True):
     """The ledger: one business operation, unique by its id."""
 
     __tablename__ = "loopguard_operations"
+    __table_args__ = _COMPACT
     operation_id: str = Field(primary_key=True)
     task_id: str = Field(index=True)
     tool: str
@@ -150,6 +161,7 @@ class TraceRow(_Table, table=True):
     """One guarded step of a task, in order (arguments as the engine redacted them)."""
 
     __tablename__ = "loopguard_trace"
+    __table_args__ = _COMPACT
     task_id: str = Field(primary_key=True)
     seq: int = _big(primary_key=True)
     kind: str
@@ -169,6 +181,7 @@ class RepetitionRow(_Table, table=True):
     """How many times a fingerprint executed at one revision of a task, and when it first did (for polls)."""
 
     __tablename__ = "loopguard_repetitions"
+    __table_args__ = _COMPACT
     task_id: str = Field(primary_key=True)
     fingerprint: str = Field(primary_key=True)
     revision: int = _big(primary_key=True)
@@ -180,6 +193,7 @@ class SeenRow(_Table, table=True):
     """A cursor or record id a task has seen (pagination cycles)."""
 
     __tablename__ = "loopguard_seen"
+    __table_args__ = _COMPACT
     task_id: str = Field(primary_key=True)
     key: str = Field(primary_key=True)
 
@@ -433,14 +447,22 @@ def _bind(name: str, **kwargs: Any) -> sa.BindParameter[Any]:
     return sa.bindparam(f"b_{name}", **kwargs)
 
 
-def _b(params: dict[str, Any]) -> dict[str, Any]:
-    """Parameters named as :func:`_bind` names them."""
-    return {f"b_{key}": value for key, value in params.items()}
-
-
 def _sql(text: str) -> sa.TextClause:
-    """A statement of SQL text with ``:name`` parameters named as :func:`_bind` names them."""
-    return sa.text(re.sub(r"(?<![:\w]):([a-z_]+)", r":b_\1", text))
+    """A statement of SQL text with ``:name`` parameters (for the PostgreSQL steps)."""
+    return sa.text(text)
+
+
+class _Compiled:
+    """A statement compiled once for the store's dialect: its SQL text and the values of its constant parameters."""
+
+    __slots__ = ("defaults", "sql")
+
+    def __init__(self, sql: str, defaults: dict[str, Any]) -> None:
+        self.sql = sql
+        self.defaults = defaults
+
+    def params(self, given: dict[str, Any]) -> dict[str, Any]:
+        return {**self.defaults, **given} if self.defaults else given
 
 
 class _Rollback(Exception):
@@ -501,7 +523,8 @@ class SQLStore(Store):
 
     ``url`` is a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``); without one,
     ``$LOOPGUARD_DATABASE_URL``, else ``sqlite:///.loopguard/loopguard.db`` under the working directory (created if
-    missing). The tables are created on first use; a database written with another schema version is refused.
+    missing; ``?synchronous=NORMAL`` trades the durability of the last commits on a power loss for speed). The
+    tables are created on first use; a database written with another schema version is refused.
     Create one store per process (it holds a connection pool) and :meth:`close` it when done.
 
     >>> import tempfile
@@ -529,17 +552,25 @@ class SQLStore(Store):
                     f"SQLite {sqlite3.sqlite_version} has no RETURNING: agents_loopguard needs SQLite >= 3.35 "
                     "(upgrade Python's sqlite3, or use PostgreSQL)"
                 )
+            self.synchronous = str(self.url.query.get("synchronous", "FULL")).upper()
+            if self.synchronous not in SQLITE_SYNCHRONOUS:
+                raise StoreError(
+                    f"synchronous={self.synchronous!r}: choose one of {', '.join(SQLITE_SYNCHRONOUS)} (default FULL)"
+                )
+            self.url = self.url.difference_update_query(["synchronous"])
             Path(str(self.url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self._engine = sa.create_engine(
                 self.url,
                 echo=echo,
                 hide_parameters=True,
                 isolation_level="AUTOCOMMIT",
+                paramstyle="named",
                 connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
             )
-            event.listen(self._engine, "connect", _sqlite_on_connect)
+            event.listen(self._engine, "connect", functools.partial(_sqlite_on_connect, self.synchronous))
             self._insert = lite.insert
         self._begin = "BEGIN" if self._pg else "BEGIN IMMEDIATE"
+        self._dbapi_error: type[Exception] = self._engine.dialect.loaded_dbapi.Error
         self._ready = False
         self._ready_lock = threading.Lock()
         self._local = threading.local()
@@ -577,10 +608,11 @@ class SQLStore(Store):
         ins = self._insert
         t, o, r = _tasks, _ops, _reps
         p = _bind
+        c = self._compile
         running = sa.and_(t.c.task_id == p("task_id"), t.c.stop_reason.is_(None), t.c.status == "running")
-        self.s_task = sa.select(t).where(t.c.task_id == p("task_id"))
-        self.s_tasks = sa.select(t).order_by(t.c.created_at, t.c.task_id)
-        self.s_task_insert = (
+        self.s_task = c(sa.select(t).where(t.c.task_id == p("task_id")))
+        self.s_tasks = c(sa.select(t).order_by(t.c.created_at, t.c.task_id))
+        self.s_task_insert = c(
             ins(t)
             .values(
                 task_id=p("task_id"),
@@ -601,13 +633,13 @@ class SQLStore(Store):
             .on_conflict_do_nothing(index_elements=["task_id"])
         )
         counters = (t.c.revision, t.c.models, t.c.tools, t.c.cost)
-        self.s_turn = (
+        self.s_turn = c(
             sa.update(t)
             .where(running, t.c.models < t.c.model_turns)
             .values(models=t.c.models + 1, trace_seq=t.c.trace_seq + 1, updated_at=p("now"))
             .returning(*counters, t.c.trace_seq)
         )
-        self.s_execution = (
+        self.s_execution = c(
             sa.update(t)
             .where(running, t.c.tools < t.c.tool_executions)
             .values(tools=t.c.tools + 1, updated_at=p("now"))
@@ -617,55 +649,63 @@ class SQLStore(Store):
             task_id=p("task_id"), fingerprint=p("fingerprint"), revision=p("revision"), count=1, first_at=p("now")
         )
         keys = ["task_id", "fingerprint", "revision"]
-        self.s_repeat = repeat.on_conflict_do_update(
-            index_elements=keys, set_={"count": r.c.count + 1}, where=r.c.count < p("max_repeats")
-        ).returning(r.c.count)
-        self.s_repeat_wait = repeat.on_conflict_do_update(
-            index_elements=keys,
-            set_={"count": r.c.count + 1},
-            where=sa.and_(r.c.count < p("max_repeats"), p("now", type_=sa.Float) - r.c.first_at < p("max_wait")),
-        ).returning(r.c.count)
-        self.s_repeat_get = sa.select(r.c.count, r.c.first_at).where(
-            r.c.task_id == p("task_id"), r.c.fingerprint == p("fingerprint"), r.c.revision == p("revision")
+        self.s_repeat = c(
+            repeat.on_conflict_do_update(
+                index_elements=keys, set_={"count": r.c.count + 1}, where=r.c.count < p("max_repeats")
+            ).returning(r.c.count)
         )
-        self.s_cost = (
+        self.s_repeat_wait = c(
+            repeat.on_conflict_do_update(
+                index_elements=keys,
+                set_={"count": r.c.count + 1},
+                where=sa.and_(r.c.count < p("max_repeats"), p("now", type_=sa.Float) - r.c.first_at < p("max_wait")),
+            ).returning(r.c.count)
+        )
+        self.s_repeat_get = c(
+            sa.select(r.c.count, r.c.first_at).where(
+                r.c.task_id == p("task_id"), r.c.fingerprint == p("fingerprint"), r.c.revision == p("revision")
+            )
+        )
+        self.s_cost = c(
             sa.update(t)
             .where(running, sa.or_(t.c.cost_limit.is_(None), t.c.cost + p("amount") <= t.c.cost_limit))
             .values(cost=t.c.cost + p("amount"))
             .returning(*counters)
         )
         settled = t.c.cost - p("reserved", type_=sa.Float) + p("actual", type_=sa.Float)
-        self.s_settle = (
+        self.s_settle = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"))
             .values(cost=sa.case((settled > 0, settled), else_=0.0))
             .returning(*counters)
         )
-        self.s_trace_seq = (
+        self.s_trace_seq = c(
             sa.update(t).where(t.c.task_id == p("task_id")).values(trace_seq=t.c.trace_seq + 1).returning(t.c.trace_seq)
         )
         tr = _trace
-        self.s_trace_insert = sa.insert(tr).values(
-            task_id=p("task_id"),
-            seq=p("seq"),
-            kind=p("kind"),
-            tool=p("tool"),
-            args=p("args"),
-            result_class=p("result_class"),
-            revision=p("e_revision"),
-            models=p("e_models"),
-            tools=p("e_tools"),
-            fingerprint=p("fingerprint"),
-            operation_id=p("operation_id"),
-            operation_state=p("operation_state"),
-            at=p("at"),
+        self.s_trace_insert = c(
+            sa.insert(tr).values(
+                task_id=p("task_id"),
+                seq=p("seq"),
+                kind=p("kind"),
+                tool=p("tool"),
+                args=p("args"),
+                result_class=p("result_class"),
+                revision=p("e_revision"),
+                models=p("e_models"),
+                tools=p("e_tools"),
+                fingerprint=p("fingerprint"),
+                operation_id=p("operation_id"),
+                operation_state=p("operation_state"),
+                at=p("at"),
+            )
         )
-        self.s_trace = sa.select(tr).where(tr.c.task_id == p("task_id")).order_by(tr.c.seq)
+        self.s_trace = c(sa.select(tr).where(tr.c.task_id == p("task_id")).order_by(tr.c.seq))
         # progress: revision = max(current, given); stall resets when it advanced, else stays (pending) or grows
         advanced = p("revision", type_=BigInteger) > t.c.revision
         progress_common = {"trace_seq": t.c.trace_seq + 1, "updated_at": p("at")}
         returning = (*counters, t.c.stalled, t.c.trace_seq)
-        self.s_progress = {
+        progress = {
             "none": sa.update(t).where(t.c.task_id == p("task_id")).values(**progress_common).returning(*returning),
             "pending": sa.update(t)
             .where(t.c.task_id == p("task_id"))
@@ -684,8 +724,11 @@ class SQLStore(Store):
             )
             .returning(*returning),
         }
-        self.s_seen = ins(_seen).on_conflict_do_nothing().returning(_seen.c.key)
-        self.s_stop = (
+        self.s_progress = {mode: c(stmt) for mode, stmt in progress.items()}
+        self.s_seen = c(
+            ins(_seen).values(task_id=p("task_id"), key=p("key")).on_conflict_do_nothing().returning(_seen.c.key)
+        )
+        self.s_stop = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"))
             .values(
@@ -694,22 +737,22 @@ class SQLStore(Store):
             )
             .returning(t)
         )
-        self.s_finish = (
+        self.s_finish = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"), t.c.outcome.is_(None))
             .values(outcome=p("outcome"), status=p("status"), updated_at=p("now"))
             .returning(t.c.outcome)
         )
-        self.s_outcome = (
+        self.s_outcome = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"))
             .values(outcome=p("outcome"), status=p("status"), updated_at=p("now"))
         )
         # the ledger
-        self.s_op = sa.select(o).where(o.c.operation_id == p("operation_id"))
-        self.s_ops = sa.select(o).order_by(o.c.created_at, o.c.operation_id)
-        self.s_ops_of = sa.select(o).where(o.c.task_id == p("task_id")).order_by(o.c.created_at, o.c.operation_id)
-        self.s_op_insert = (
+        self.s_op = c(sa.select(o).where(o.c.operation_id == p("operation_id")))
+        self.s_ops = c(sa.select(o).order_by(o.c.created_at, o.c.operation_id))
+        self.s_ops_of = c(sa.select(o).where(o.c.task_id == p("task_id")).order_by(o.c.created_at, o.c.operation_id))
+        self.s_op_insert = c(
             ins(o)
             .values(
                 operation_id=p("operation_id"),
@@ -725,7 +768,7 @@ class SQLStore(Store):
             .on_conflict_do_nothing(index_elements=["operation_id"])
             .returning(o)
         )
-        self.s_op_reopen = (
+        self.s_op_reopen = c(
             sa.update(o)
             .where(
                 o.c.operation_id == p("operation_id"),
@@ -735,12 +778,12 @@ class SQLStore(Store):
             .values(state=str(OperationState.UNKNOWN), result=None, attempts=o.c.attempts + 1, updated_at=p("now"))
             .returning(o)
         )
-        self.s_op_settle = (
+        self.s_op_settle = c(
             sa.update(o)
             .where(o.c.operation_id == p("op_id"))
             .values(state=p("op_state"), result=p("op_result"), updated_at=p("at"))
         )
-        self.s_op_reconcile = (
+        self.s_op_reconcile = c(
             sa.update(o)
             .where(o.c.operation_id == p("operation_id"), o.c.state == str(OperationState.UNKNOWN))
             .values(state=p("state"), result=p("result"), updated_at=p("now"))
@@ -748,15 +791,15 @@ class SQLStore(Store):
         )
         # activations, pauses, transitions
         a = _acts
-        self.s_activation = sa.select(a).where(a.c.activation_id == p("activation_id"))
-        self.s_activations = sa.select(a).order_by(a.c.ordinal)
-        self.s_activations_of = sa.select(a).where(a.c.flow == p("flow")).order_by(a.c.ordinal)
-        self.s_parent = (
+        self.s_activation = c(sa.select(a).where(a.c.activation_id == p("activation_id")))
+        self.s_activations = c(sa.select(a).order_by(a.c.ordinal))
+        self.s_activations_of = c(sa.select(a).where(a.c.flow == p("flow")).order_by(a.c.ordinal))
+        self.s_parent = c(
             sa.select(a.c.flow, a.c.chain_id, a.c.depth)
             .select_from(o.join(a, a.c.activation_id == o.c.task_id))
             .where(o.c.operation_id == p("origin"))
         )
-        self.s_activation_insert = (
+        self.s_activation_insert = c(
             ins(a)
             .values(
                 activation_id=p("activation_id"),
@@ -772,10 +815,10 @@ class SQLStore(Store):
             .returning(a)
         )
         ps = _pauses
-        self.s_pause = sa.select(ps).where(ps.c.pause_id == p("pause_id"))
-        self.s_pauses = sa.select(ps).order_by(ps.c.ordinal)
-        self.s_pauses_of = sa.select(ps).where(ps.c.task_id == p("task_id")).order_by(ps.c.ordinal)
-        self.s_pause_insert = (
+        self.s_pause = c(sa.select(ps).where(ps.c.pause_id == p("pause_id")))
+        self.s_pauses = c(sa.select(ps).order_by(ps.c.ordinal))
+        self.s_pauses_of = c(sa.select(ps).where(ps.c.task_id == p("task_id")).order_by(ps.c.ordinal))
+        self.s_pause_insert = c(
             ins(ps)
             .from_select(
                 [
@@ -816,26 +859,28 @@ class SQLStore(Store):
             .on_conflict_do_nothing(index_elements=["pause_id"])
             .returning(ps)
         )
-        self.s_pause_decide = (
+        self.s_pause_decide = c(
             sa.update(ps)
             .where(ps.c.pause_id == p("pause_id"), ps.c.status == "pending")
             .values(status="decided", decisions=p("decisions"), decided_by=p("who"))
             .returning(ps)
         )
-        self.s_pause_claim = (
+        self.s_pause_claim = c(
             sa.update(ps)
-            .where(ps.c.pause_id == p("pause_id"), ps.c.status.in_(("pending", "decided")))
+            .where(ps.c.pause_id == p("pause_id"), ps.c.status != "resumed")
             .values(status="resumed", resumed_at=p("now"), resumed_by=p("who"), decisions=p("decisions"))
             .returning(ps)
         )
         tn = _trans
-        self.s_transitions = sa.select(tn).order_by(tn.c.ordinal)
-        self.s_transitions_of = sa.select(tn).where(tn.c.task_id == p("task_id")).order_by(tn.c.ordinal)
-        self.s_transition_insert = sa.insert(tn)
-        self.s_reopen = (
+        self.s_transitions = c(sa.select(tn).order_by(tn.c.ordinal))
+        self.s_transitions_of = c(sa.select(tn).where(tn.c.task_id == p("task_id")).order_by(tn.c.ordinal))
+        self.s_transition_insert = c(
+            sa.insert(tn).values({col.name: p(col.name) for col in tn.c if col.name != "ordinal"})
+        )
+        self.s_reopen = c(
             sa.update(t).where(t.c.task_id == p("task_id")).values(outcome=None, status="running", updated_at=p("now"))
         )
-        self.s_recover = (
+        self.s_recover = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"))
             .values(
@@ -854,6 +899,7 @@ class SQLStore(Store):
 
     def _build_pg(self) -> None:
         """The hot steps as one statement each (PostgreSQL runs data-modifying CTEs): one round trip per step."""
+        c = self._compile
         T, OP, R, TR, S = (x.name for x in (_tasks, _ops, _reps, _trace, _seen))
         trace_cols = (
             "task_id, seq, kind, tool, args, result_class, revision, models, tools, fingerprint, operation_id, "
@@ -864,8 +910,9 @@ class SQLStore(Store):
             ":operation_state, :at"
         )
         task_cols = "task_id, revision, models, tools, cost, model_turns, tool_executions, stop_reason, status"
-        self.q_turn = _sql(
-            f"""
+        self.q_turn = c(
+            _sql(
+                f"""
             WITH t AS (SELECT {task_cols} FROM {T} WHERE task_id = :task_id),
             u AS (
               UPDATE {T} SET models = models + 1, trace_seq = trace_seq + 1, updated_at = :now
@@ -877,6 +924,7 @@ class SQLStore(Store):
             SELECT t.*, u.models AS g_models, u.tools AS g_tools, u.cost AS g_cost, u.revision AS g_revision
             FROM t LEFT JOIN u ON true
             """
+            )
         )
         ok_task = "t.stop_reason IS NULL AND t.status = 'running' AND t.tools < t.tool_executions"
 
@@ -896,8 +944,9 @@ class SQLStore(Store):
         rep_join = f"LEFT JOIN {R} rep ON rep.task_id = t.task_id AND rep.fingerprint = :fingerprint "
         rep_join += "AND rep.revision = t.revision"
         self.q_execution = {
-            wait: _sql(
-                f"""
+            wait: c(
+                _sql(
+                    f"""
                 WITH t AS (SELECT {task_cols} FROM {T} WHERE task_id = :task_id),
                 ok AS (SELECT task_id, revision FROM t WHERE {ok_task}),
                 {repeat("ok", wait)},
@@ -906,13 +955,15 @@ class SQLStore(Store):
                   RETURNING {T}.revision, {T}.models, {T}.tools, {T}.cost)
                 SELECT {tail} FROM t LEFT JOIN u ON true {rep_join}
                 """
+                )
             )
             for wait in (False, True)
         }
         op_cols = "operation_id, task_id, tool, payload, state, result, attempts, created_at, updated_at"
         op_out = ", ".join(f"{{0}}.{c} AS {{1}}{c}" for c in op_cols.split(", "))
-        self.q_write = _sql(
-            f"""
+        self.q_write = c(
+            _sql(
+                f"""
             WITH t AS (SELECT {task_cols} FROM {T} WHERE task_id = :task_id),
             o AS (SELECT {op_cols} FROM {OP} WHERE operation_id = :operation_id),
             ok AS (
@@ -939,12 +990,15 @@ class SQLStore(Store):
             FROM (SELECT 1) one LEFT JOIN t ON true LEFT JOIN u ON true {rep_join}
             LEFT JOIN o ON true LEFT JOIN c ON true
             """
+            )
         )
-        self.q_trace = _sql(
-            f"""
+        self.q_trace = c(
+            _sql(
+                f"""
             WITH u AS (UPDATE {T} SET trace_seq = trace_seq + 1 WHERE task_id = :task_id RETURNING task_id, trace_seq)
             INSERT INTO {TR} ({trace_cols}) SELECT task_id, trace_seq, {trace_vals} FROM u RETURNING seq
             """
+            )
         )
         progress_set = {
             "none": "",
@@ -953,7 +1007,7 @@ class SQLStore(Store):
             "step": """, revision = GREATEST(revision, :revision),
                 stalled = CASE WHEN :revision > revision THEN 0 ELSE stalled + 1 END""",
         }
-        self._q_record: dict[tuple[str, bool, bool], sa.TextClause] = {}
+        self._q_record: dict[tuple[str, bool, bool], _Compiled] = {}
         for mode, sets in progress_set.items():
             for with_op in (False, True):
                 for with_seen in (False, True):
@@ -977,108 +1031,137 @@ class SQLStore(Store):
                             ON CONFLICT DO NOTHING RETURNING key)"""
                         )
                         fresh = "ARRAY(SELECT key FROM s)"
-                    self._q_record[(mode, with_op, with_seen)] = _sql(
-                        "WITH " + ",\n".join(parts) + f"\nSELECT u.*, {fresh} AS fresh FROM u"
+                    self._q_record[(mode, with_op, with_seen)] = c(
+                        _sql("WITH " + ",\n".join(parts) + f"\nSELECT u.*, {fresh} AS fresh FROM u")
                     )
 
-    # --- connections and transactions ------------------------------------------------------------------------------
+    # --- compiled statements, connections and transactions ------------------------------------------------------
 
-    def _conn(self) -> Connection:
-        """This thread's connection, kept open between steps (a pool checkout per step costs about as much as a
-        SQLite step). A forked child never uses its parent's connection: it opens its own."""
-        held: tuple[int, Connection] | None = getattr(self._local, "conn", None)
+    def _compile(self, stmt: sa.ClauseElement) -> _Compiled:
+        """Compile ``stmt`` once for this dialect; its bind parameters are named as the steps' params name them."""
+        compiled = stmt.compile(dialect=self._engine.dialect)
+        sql = re.sub(r"(:|%\()b_(\w)", r"\1\2", compiled.string)
+        defaults = {k: v for k, v in compiled.params.items() if not k.startswith("b_") and k in sql}
+        return _Compiled(sql, defaults)
+
+    def _cursor(self) -> Any:
+        """This thread's DBAPI cursor on a connection kept open between steps (a pool checkout per step costs about
+        as much as a SQLite step). A forked child never uses its parent's connection: it opens its own."""
+        held: tuple[int, Connection, Any] | None = getattr(self._local, "held", None)
         pid = os.getpid()
-        if held is None or held[0] != pid or held[1].closed or held[1].invalidated:
-            if held is not None and held[0] != pid:
-                self._engine.dispose(close=False)  # the parent's pooled connections stay the parent's
-            conn = self._engine.connect()
-            self._local.conn = (pid, conn)
-            with self._connections_lock:
-                self._connections.append(conn)
-        else:
-            conn = held[1]
+        if held is not None and held[0] == pid and not held[1].closed and not held[1].invalidated:
+            return held[2]
+        if held is not None and held[0] != pid:
+            self._engine.dispose(close=False)  # the parent's pooled connections stay the parent's
+        conn = self._engine.connect()
+        with self._connections_lock:
+            self._connections.append(conn)
         if not self._ready:
             self._ensure_schema(conn)
-        return conn
+        dbapi: Any = conn.connection.dbapi_connection
+        if self._pg:
+            from psycopg.rows import dict_row
 
-    def _drop_conn(self) -> None:
-        held: tuple[int, Connection] | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if held is not None:
-            with self._connections_lock:
-                if held[1] in self._connections:
-                    self._connections.remove(held[1])
-            with contextlib.suppress(SQLAlchemyError):  # the connection is broken anyway
-                held[1].invalidate()
-                held[1].close()
+            cursor = dbapi.cursor(row_factory=dict_row)
+        else:
+            cursor = dbapi.cursor()
+            cursor.row_factory = sqlite3.Row
+        self._local.held = (pid, conn, cursor)
+        return cursor
 
-    def _run(self, work: Callable[[Connection], T], *, transaction: bool) -> T:
-        """Run ``work`` as one atomic step: in a transaction (``BEGIN IMMEDIATE`` on SQLite), or as the single
-        statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race."""
+    def _drop_connection(self) -> None:
+        held: tuple[int, Connection, Any] | None = getattr(self._local, "held", None)
+        self._local.held = None
+        if held is None:
+            return
+        with self._connections_lock:
+            if held[1] in self._connections:
+                self._connections.remove(held[1])
+        with contextlib.suppress(Exception):  # the connection is broken anyway
+            held[1].invalidate()
+            held[1].close()
+
+    def _run(self, work: Callable[[Any], T], *, transaction: bool) -> T:
+        """Run ``work(cursor)`` as one atomic step: in a transaction (``BEGIN IMMEDIATE`` on SQLite), or as the
+        single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race."""
         for attempt in range(_PG_RETRIES):
-            conn = self._conn()
+            cur = self._cursor()
             began = False
             try:
                 if transaction:
-                    conn.exec_driver_sql(self._begin)
+                    cur.execute(self._begin)
                     began = True
-                result = work(conn)
+                result = work(cur)
                 if began:
-                    conn.exec_driver_sql("COMMIT")
+                    cur.execute("COMMIT")
                 return result
             except _Rollback as stop:
                 if began:
-                    conn.exec_driver_sql("ROLLBACK")
+                    cur.execute("ROLLBACK")
                 return cast(T, stop.value)
             except _LostRace:
                 if began:
-                    conn.exec_driver_sql("ROLLBACK")
-            except DBAPIError as exc:
-                self._abort(conn, began)
+                    cur.execute("ROLLBACK")
+            except self._dbapi_error as exc:
+                self._abort(cur, began)
                 if not self._retryable(exc):
                     raise self._error(exc) from exc
             except BaseException:
-                self._abort(conn, began)
+                self._abort(cur, began)
                 raise
             time.sleep(min(0.05, 0.0005 * (attempt + 1)) * random.random())
         raise StoreError(f"{self!r}: a step kept losing races to concurrent workers ({_PG_RETRIES} attempts)")
 
-    def _abort(self, conn: Connection, began: bool) -> None:
-        if not began:
+    def _abort(self, cur: Any, began: bool) -> None:
+        if self._pg and cur.connection.closed:
+            self._drop_connection()
             return
-        try:
-            conn.exec_driver_sql("ROLLBACK")
-        except SQLAlchemyError:
-            self._drop_conn()
+        if began:
+            try:
+                cur.execute("ROLLBACK")
+            except self._dbapi_error:
+                self._drop_connection()
 
-    def _retryable(self, exc: DBAPIError) -> bool:
-        code = getattr(exc.orig, "sqlstate", None)
-        return self._pg and code in ("40001", "40P01")  # serialization failure, deadlock detected
+    def _retryable(self, exc: BaseException) -> bool:
+        return self._pg and getattr(exc, "sqlstate", None) in ("40001", "40P01")  # serialization failure, deadlock
 
-    def _error(self, exc: DBAPIError) -> StoreError:
-        if exc.connection_invalidated:
-            self._drop_conn()
-        text = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+    def _error(self, exc: BaseException) -> StoreError:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if not self._pg and "locked" in text:
             return StoreError(
                 f"{self!r}: the database stayed locked by another process for {SQLITE_BUSY_TIMEOUT_MS / 1000:.0f} s "
                 f"({text}); check for a stuck process, or use PostgreSQL for many busy workers"
             )
-        return StoreError(f"{self!r}: {type(exc.orig).__name__}: {text}")
+        return StoreError(f"{self!r}: {type(exc).__name__}: {text}")
 
-    def _read(self, work: Callable[[Connection], T]) -> T:
+    def _read(self, work: Callable[[Any], T]) -> T:
         return self._run(work, transaction=False)
 
-    def _write(self, work: Callable[[Connection], T]) -> T:
+    def _write(self, work: Callable[[Any], T]) -> T:
         return self._run(work, transaction=True)
 
-    def _step(self, work: Callable[[Connection], T], pg_work: Callable[[Connection], T] | None = None) -> T:
+    def _step(self, work: Callable[[Any], T], pg_work: Callable[[Any], T] | None = None) -> T:
         """A write step: one statement on PostgreSQL when ``pg_work`` is given, else a transaction."""
         if self._pg and pg_work is not None:
             return self._run(pg_work, transaction=False)
         return self._run(work, transaction=True)
 
-    # --- schema ----------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _x(cur: Any, stmt: _Compiled, params: dict[str, Any]) -> None:
+        cur.execute(stmt.sql, stmt.params(params))
+
+    @staticmethod
+    def _one(cur: Any, stmt: _Compiled, params: dict[str, Any] | None = None) -> Any:
+        cur.execute(stmt.sql, stmt.params(params or {}))
+        rows = cur.fetchall()
+        return rows[0] if rows else None
+
+    @staticmethod
+    def _all(cur: Any, stmt: _Compiled, params: dict[str, Any] | None = None) -> list[Any]:
+        cur.execute(stmt.sql, stmt.params(params or {}))
+        return list(cur.fetchall())
+
+    # --- schema -----------------------------------------------------------------------------------------------------
 
     def _ensure_schema(self, conn: Connection) -> None:
         with self._ready_lock:
@@ -1116,14 +1199,15 @@ class SQLStore(Store):
             value = conn.execute(sa.select(_meta.c.value).where(_meta.c.key == "schema_version")).scalar_one()
             conn.exec_driver_sql("COMMIT")
         except DBAPIError as exc:
-            self._abort(conn, True)
-            raise self._error(exc) from exc
+            with contextlib.suppress(DBAPIError):
+                conn.exec_driver_sql("ROLLBACK")
+            raise StoreError(f"{self!r}: cannot create the loopguard tables: {exc.orig}") from exc
         return str(value)
 
-    # --- tasks and counters ----------------------------------------------------------------------------------------
+    # --- tasks and counters -----------------------------------------------------------------------------------------
 
-    def _get_task(self, conn: Connection, task_id: str) -> Row[Any]:
-        row = conn.execute(self.s_task, _b({"task_id": task_id})).first()
+    def _get_task(self, cur: Any, task_id: str) -> Any:
+        row = self._one(cur, self.s_task, {"task_id": task_id})
         if row is None:
             raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
         return row
@@ -1139,23 +1223,22 @@ class SQLStore(Store):
             "now": now,
         }
 
-        def work(conn: Connection) -> TaskSnapshot:
-            conn.execute(self.s_task_insert, _b(params))
-            return _snapshot(self._get_task(conn, task_id)._mapping)
+        def work(cur: Any) -> TaskSnapshot:
+            self._x(cur, self.s_task_insert, params)
+            return _snapshot(self._get_task(cur, task_id))
 
         return self._write(work)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
-        row = self._read(lambda conn: conn.execute(self.s_task, _b({"task_id": task_id})).first())
-        return _snapshot(row._mapping) if row is not None else None
+        row = self._read(lambda cur: self._one(cur, self.s_task, {"task_id": task_id}))
+        return _snapshot(row) if row is not None else None
 
     def tasks(self) -> list[TaskSnapshot]:
-        rows = self._read(lambda conn: conn.execute(self.s_tasks).all())
-        return [_snapshot(row._mapping) for row in rows]
+        return [_snapshot(row) for row in self._read(lambda cur: self._all(cur, self.s_tasks))]
 
-    def _before_own_increment(self, conn: Connection, task_id: str) -> dict[str, Any]:
+    def _before_own_increment(self, cur: Any, task_id: str) -> dict[str, Any]:
         """The task row as it was before this transaction counted one execution (about to be rolled back)."""
-        task = dict(self._get_task(conn, task_id)._mapping)
+        task = dict(self._get_task(cur, task_id))
         task["tools"] -= 1
         return task
 
@@ -1170,41 +1253,39 @@ class SQLStore(Store):
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
         params = {"task_id": task_id, "now": now}
 
-        def work(conn: Connection) -> Grant:
-            row = conn.execute(self.s_turn, _b(params)).first()
+        def work(cur: Any) -> Grant:
+            row = self._one(cur, self.s_turn, params)
             if row is None:
-                raise _Rollback(self._turn_refusal(self._get_task(conn, task_id)._mapping))
-            used = Usage(int(row.models), int(row.tools), float(row.cost))
-            conn.execute(
+                raise _Rollback(self._turn_refusal(self._get_task(cur, task_id)))
+            used = _usage(row)
+            self._x(
+                cur,
                 self.s_trace_insert,
-                _b(
-                    {
-                        "task_id": task_id,
-                        "seq": row.trace_seq,
-                        "kind": "model",
-                        "tool": None,
-                        "args": None,
-                        "result_class": "reserved",
-                        "e_revision": row.revision,
-                        "e_models": used.models,
-                        "e_tools": used.tools,
-                        "fingerprint": None,
-                        "operation_id": None,
-                        "operation_state": None,
-                        "at": now,
-                    }
-                ),
+                {
+                    "task_id": task_id,
+                    "seq": row["trace_seq"],
+                    "kind": "model",
+                    "tool": None,
+                    "args": None,
+                    "result_class": "reserved",
+                    "e_revision": row["revision"],
+                    "e_models": used.models,
+                    "e_tools": used.tools,
+                    "fingerprint": None,
+                    "operation_id": None,
+                    "operation_state": None,
+                    "at": now,
+                },
             )
-            return Grant(True, None, used, int(row.revision))
+            return Grant(True, None, used, int(row["revision"]))
 
-        def pg_work(conn: Connection) -> Grant:
-            row = conn.execute(self.q_turn, _b(params)).first()
+        def pg_work(cur: Any) -> Grant:
+            row = self._one(cur, self.q_turn, params)
             if row is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            m = row._mapping
-            if m["g_models"] is None:
-                return self._turn_refusal(m)
-            return Grant(True, None, _usage(m, "g_"), int(m["g_revision"]))
+            if row["g_models"] is None:
+                return self._turn_refusal(row)
+            return Grant(True, None, _usage(row, "g_"), int(row["g_revision"]))
 
         return self._step(work, pg_work)
 
@@ -1227,9 +1308,9 @@ class SQLStore(Store):
             "max_wait": wait,
         }
 
-        def refusal(conn: Connection, task: Any) -> Grant:
-            rep = conn.execute(self.s_repeat_get, _b({**params, "revision": task["revision"]})).first()
-            count, first_at = (rep._mapping["count"], rep.first_at) if rep is not None else (None, None)
+        def refusal(cur: Any, task: Any) -> Grant:
+            rep = self._one(cur, self.s_repeat_get, {**params, "revision": task["revision"]})
+            count, first_at = (rep["count"], rep["first_at"]) if rep is not None else (None, None)
             found = _execution_refusal(
                 task, count, first_at, max_repeats=max_repeats, now=now, poll=poll, max_wait=wait
             )
@@ -1237,28 +1318,27 @@ class SQLStore(Store):
                 raise _LostRace
             return found
 
-        def work(conn: Connection) -> Grant:
+        def work(cur: Any) -> Grant:
             if max_repeats < 1:
-                raise _Rollback(refusal(conn, self._get_task(conn, task_id)._mapping))
-            row = conn.execute(self.s_execution, _b(params)).first()
+                raise _Rollback(refusal(cur, self._get_task(cur, task_id)))
+            row = self._one(cur, self.s_execution, params)
             if row is None:
-                raise _Rollback(refusal(conn, self._get_task(conn, task_id)._mapping))
+                raise _Rollback(refusal(cur, self._get_task(cur, task_id)))
             stmt = self.s_repeat_wait if wait is not None else self.s_repeat
-            if conn.execute(stmt, _b({**params, "revision": row.revision})).first() is None:
-                raise _Rollback(refusal(conn, self._before_own_increment(conn, task_id)))
-            return Grant(True, None, Usage(int(row.models), int(row.tools), float(row.cost)), int(row.revision))
+            if self._one(cur, stmt, {**params, "revision": row["revision"]}) is None:
+                raise _Rollback(refusal(cur, self._before_own_increment(cur, task_id)))
+            return Grant(True, None, _usage(row), int(row["revision"]))
 
-        def pg_work(conn: Connection) -> Grant:
+        def pg_work(cur: Any) -> Grant:
             if max_repeats < 1:
-                return refusal(conn, self._get_task(conn, task_id)._mapping)
-            row = conn.execute(self.q_execution[wait is not None], _b(params)).first()
+                return refusal(cur, self._get_task(cur, task_id))
+            row = self._one(cur, self.q_execution[wait is not None], params)
             if row is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            m = row._mapping
-            if m["g_tools"] is not None:
-                return Grant(True, None, _usage(m, "g_"), int(m["g_revision"]))
+            if row["g_tools"] is not None:
+                return Grant(True, None, _usage(row, "g_"), int(row["g_revision"]))
             found = _execution_refusal(
-                m, m["rep_count"], m["rep_first_at"], max_repeats=max_repeats, now=now, poll=poll, max_wait=wait
+                row, row["rep_count"], row["rep_first_at"], max_repeats=max_repeats, now=now, poll=poll, max_wait=wait
             )
             if found is None:
                 raise _LostRace
@@ -1284,58 +1364,60 @@ class SQLStore(Store):
             "tool": tool,
             "max_repeats": max_repeats,
             "now": now,
-            "max_wait": None,
         }
 
-        def refusal(conn: Connection, task: Any) -> Grant:
-            rep = conn.execute(self.s_repeat_get, _b({**params, "revision": task["revision"]})).first()
-            count = rep._mapping["count"] if rep is not None else None
+        def refusal(cur: Any, task: Any) -> Grant:
+            rep = self._one(cur, self.s_repeat_get, {**params, "revision": task["revision"]})
+            count = rep["count"] if rep is not None else None
             found = _execution_refusal(task, count, None, max_repeats=max_repeats, now=now)
             if found is None:
                 raise _LostRace
             return found
 
-        def work(conn: Connection) -> WriteReservation:
+        def blocks(record: Any, prefix: str = "") -> bool:
+            """True when the operation in the ledger may not run again (anything but a same-payload retry)."""
+            return not (
+                record[prefix + "state"] == str(OperationState.NOT_COMMITTED)
+                and record[prefix + "payload"] == fingerprint
+            )
+
+        def work(cur: Any) -> WriteReservation:
             # The operation first, by its primary key: a new id is inserted as unknown (rolled back if refused).
-            claimed = conn.execute(self.s_op_insert, _b(params)).first()
+            claimed = self._one(cur, self.s_op_insert, params)
             if claimed is None:
-                claimed = conn.execute(self.s_op_reopen, _b(params)).first()  # a verified non-execution, same payload
+                claimed = self._one(cur, self.s_op_reopen, params)  # a verified non-execution, same payload
                 if claimed is None:
-                    existing = conn.execute(self.s_op, _b(params)).first()
+                    existing = self._one(cur, self.s_op, params)
                     if existing is None:
                         raise _LostRace
-                    raise _Rollback(WriteReservation(None, OperationClaim(False, _operation(existing._mapping))))
+                    raise _Rollback(WriteReservation(None, OperationClaim(False, _operation(existing))))
             if max_repeats < 1:
-                raise _Rollback(WriteReservation(refusal(conn, self._get_task(conn, task_id)._mapping), None))
-            row = conn.execute(self.s_execution, _b(params)).first()
+                raise _Rollback(WriteReservation(refusal(cur, self._get_task(cur, task_id)), None))
+            row = self._one(cur, self.s_execution, params)
             if row is None:
-                raise _Rollback(WriteReservation(refusal(conn, self._get_task(conn, task_id)._mapping), None))
-            if conn.execute(self.s_repeat, _b({**params, "revision": row.revision})).first() is None:
-                raise _Rollback(WriteReservation(refusal(conn, self._before_own_increment(conn, task_id)), None))
-            grant = Grant(True, None, Usage(int(row.models), int(row.tools), float(row.cost)), int(row.revision))
-            return WriteReservation(grant, OperationClaim(True, _operation(claimed._mapping)))
+                raise _Rollback(WriteReservation(refusal(cur, self._get_task(cur, task_id)), None))
+            if self._one(cur, self.s_repeat, {**params, "revision": row["revision"]}) is None:
+                raise _Rollback(WriteReservation(refusal(cur, self._before_own_increment(cur, task_id)), None))
+            grant = Grant(True, None, _usage(row), int(row["revision"]))
+            return WriteReservation(grant, OperationClaim(True, _operation(claimed)))
 
-        def pg_work(conn: Connection) -> WriteReservation:
+        def pg_work(cur: Any) -> WriteReservation:
             if max_repeats < 1:
-                existing = conn.execute(self.s_op, _b(params)).first()
-                if existing is not None and not (
-                    existing.state == str(OperationState.NOT_COMMITTED) and existing.payload == fingerprint
-                ):
-                    return WriteReservation(None, OperationClaim(False, _operation(existing._mapping)))
-                return WriteReservation(refusal(conn, self._get_task(conn, task_id)._mapping), None)
-            m = conn.execute(self.q_write, _b(params)).one()._mapping
-            if m["o_operation_id"] is not None and not (
-                m["o_state"] == str(OperationState.NOT_COMMITTED) and m["o_payload"] == fingerprint
-            ):
-                return WriteReservation(None, OperationClaim(False, _operation(m, "o_")))
-            if m["task_id"] is None:
+                existing = self._one(cur, self.s_op, params)
+                if existing is not None and blocks(existing):
+                    return WriteReservation(None, OperationClaim(False, _operation(existing)))
+                return WriteReservation(refusal(cur, self._get_task(cur, task_id)), None)
+            row = self._one(cur, self.q_write, params)
+            if row["o_operation_id"] is not None and blocks(row, "o_"):
+                return WriteReservation(None, OperationClaim(False, _operation(row, "o_")))
+            if row["task_id"] is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            if m["g_tools"] is not None and m["c_operation_id"] is not None:
-                grant = Grant(True, None, _usage(m, "g_"), int(m["g_revision"]))
-                return WriteReservation(grant, OperationClaim(True, _operation(m, "c_")))
-            if m["repeated"]:  # pragma: no cover - REPEATABLE READ turns this race into a serialization failure
+            if row["g_tools"] is not None and row["c_operation_id"] is not None:
+                grant = Grant(True, None, _usage(row, "g_"), int(row["g_revision"]))
+                return WriteReservation(grant, OperationClaim(True, _operation(row, "c_")))
+            if row["repeated"]:  # pragma: no cover - REPEATABLE READ turns this race into a serialization failure
                 raise StoreError(f"reserve_write({operation_id!r}): counted a repetition without a claim")
-            found = _execution_refusal(m, m["rep_count"], None, max_repeats=max_repeats, now=now)
+            found = _execution_refusal(row, row["rep_count"], None, max_repeats=max_repeats, now=now)
             if found is None:
                 raise _LostRace
             return WriteReservation(found, None)
@@ -1345,57 +1427,56 @@ class SQLStore(Store):
     def reserve_cost(self, task_id: str, amount: float) -> Grant:
         params = {"task_id": task_id, "amount": amount}
 
-        def work(conn: Connection) -> Grant:
-            row = conn.execute(self.s_cost, _b(params)).first()
+        def work(cur: Any) -> Grant:
+            row = self._one(cur, self.s_cost, params)
             if row is not None:
-                return Grant(True, None, Usage(int(row.models), int(row.tools), float(row.cost)), int(row.revision))
-            task = self._get_task(conn, task_id)._mapping
-            refusal = _blocked(task)
-            return refusal or Grant(False, Reason.COST_BUDGET, _usage(task), int(task["revision"]))
+                return Grant(True, None, _usage(row), int(row["revision"]))
+            task = self._get_task(cur, task_id)
+            return _blocked(task) or Grant(False, Reason.COST_BUDGET, _usage(task), int(task["revision"]))
 
         return self._write(work)
 
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         params = {"task_id": task_id, "reserved": reserved, "actual": actual}
 
-        def work(conn: Connection) -> Usage:
-            row = conn.execute(self.s_settle, _b(params)).first()
+        def work(cur: Any) -> Usage:
+            row = self._one(cur, self.s_settle, params)
             if row is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            return Usage(int(row.models), int(row.tools), float(row.cost))
+            return _usage(row)
 
         return self._step(work, work)
 
-    # --- the operation ledger --------------------------------------------------------------------------------------
+    # --- the operation ledger ---------------------------------------------------------------------------------------
 
     def lookup_operation(self, operation_id: str) -> OperationRecord | None:
-        row = self._read(lambda conn: conn.execute(self.s_op, _b({"operation_id": operation_id})).first())
-        return _operation(row._mapping) if row is not None else None
+        row = self._read(lambda cur: self._one(cur, self.s_op, {"operation_id": operation_id}))
+        return _operation(row) if row is not None else None
 
     def reserve_operation(
         self, task_id: str, operation_id: str, payload: str, tool: str, *, now: float = 0.0
     ) -> OperationClaim:
         params = {"task_id": task_id, "operation_id": operation_id, "payload": payload, "tool": tool, "now": now}
 
-        def work(conn: Connection) -> OperationClaim:
-            row = conn.execute(self.s_op_insert, _b(params)).first()
+        def work(cur: Any) -> OperationClaim:
+            row = self._one(cur, self.s_op_insert, params)
             if row is None:
-                row = conn.execute(self.s_op_reopen, _b(params)).first()
+                row = self._one(cur, self.s_op_reopen, params)
             if row is not None:
-                return OperationClaim(True, _operation(row._mapping))
-            existing = conn.execute(self.s_op, _b(params)).first()
+                return OperationClaim(True, _operation(row))
+            existing = self._one(cur, self.s_op, params)
             if existing is None:
                 raise _LostRace
-            return OperationClaim(False, _operation(existing._mapping))
+            return OperationClaim(False, _operation(existing))
 
         return self._write(work)
 
     def operations(self, task_id: str | None = None) -> list[OperationRecord]:
         if task_id is None:
-            rows = self._read(lambda conn: conn.execute(self.s_ops).all())
+            rows = self._read(lambda cur: self._all(cur, self.s_ops))
         else:
-            rows = self._read(lambda conn: conn.execute(self.s_ops_of, _b({"task_id": task_id})).all())
-        return [_operation(row._mapping) for row in rows]
+            rows = self._read(lambda cur: self._all(cur, self.s_ops_of, {"task_id": task_id}))
+        return [_operation(row) for row in rows]
 
     def reconcile_operation(
         self, operation_id: str, state: OperationState, result: Any = None, *, now: float = 0.0
@@ -1403,23 +1484,23 @@ class SQLStore(Store):
         state = OperationState(state)
         params = {"operation_id": operation_id, "state": str(state), "result": _dumps(result), "now": now}
 
-        def work(conn: Connection) -> OperationRecord:
+        def work(cur: Any) -> OperationRecord:
             if state is not OperationState.UNKNOWN:
-                row = conn.execute(self.s_op_reconcile, _b(params)).first()
+                row = self._one(cur, self.s_op_reconcile, params)
                 if row is not None:
-                    return _operation(row._mapping)
-            old = conn.execute(self.s_op, _b(params)).first()
+                    return _operation(row)
+            old = self._one(cur, self.s_op, params)
             if old is None:
                 raise StoreError(f"unknown operation {operation_id!r}")
-            if old.state != str(OperationState.UNKNOWN):
-                raise StoreError(f"operation {operation_id!r} is {old.state}, not unknown: nothing to reconcile")
+            if old["state"] != str(OperationState.UNKNOWN):
+                raise StoreError(f"operation {operation_id!r} is {old['state']}, not unknown: nothing to reconcile")
             if state is OperationState.UNKNOWN:
-                return _operation(old._mapping)
+                return _operation(old)
             raise _LostRace
 
         return self._write(work)
 
-    # --- results and progress --------------------------------------------------------------------------------------
+    # --- results and progress -----------------------------------------------------------------------------------------
 
     def record_execution(
         self,
@@ -1440,64 +1521,59 @@ class SQLStore(Store):
         keys = list(dict.fromkeys(seen))
         params["keys"] = keys
 
-        def work(conn: Connection) -> Progress:
-            row = conn.execute(self.s_progress[mode], _b(params)).first()
+        def work(cur: Any) -> Progress:
+            row = self._one(cur, self.s_progress[mode], params)
             if row is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            conn.execute(self.s_trace_insert, _b({**params, "seq": row.trace_seq}))
+            self._x(cur, self.s_trace_insert, {**params, "seq": row["trace_seq"]})
             if operation is not None:
-                conn.execute(self.s_op_settle, _b(params))
-            fresh: set[str] = set()
-            if keys:
-                fresh = set(conn.execute(self.s_seen, [{"task_id": task_id, "key": k} for k in keys]).scalars())
-            used = Usage(int(row.models), int(row.tools), float(row.cost))
-            return Progress(int(row.revision), int(row.stalled), tuple(k not in fresh for k in seen), used)
+                self._x(cur, self.s_op_settle, params)
+            fresh = {k for k in keys if self._one(cur, self.s_seen, {"task_id": task_id, "key": k}) is not None}
+            return Progress(int(row["revision"]), int(row["stalled"]), tuple(k not in fresh for k in seen), _usage(row))
 
-        def pg_work(conn: Connection) -> Progress:
-            stmt = self._q_record[(mode, operation is not None, bool(keys))]
-            row = conn.execute(stmt, _b(params)).first()
+        def pg_work(cur: Any) -> Progress:
+            row = self._one(cur, self._q_record[(mode, operation is not None, bool(keys))], params)
             if row is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            fresh = set(row.fresh or ())
-            used = Usage(int(row.models), int(row.tools), float(row.cost))
-            return Progress(int(row.revision), int(row.stalled), tuple(k not in fresh for k in seen), used)
+            fresh = set(row["fresh"] or ())
+            return Progress(int(row["revision"]), int(row["stalled"]), tuple(k not in fresh for k in seen), _usage(row))
 
         return self._step(work, pg_work)
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         params = _trace_params(task_id, entry)
 
-        def work(conn: Connection) -> None:
-            seq = conn.execute(self.s_trace_seq, _b(params)).scalar()
-            if seq is None:
+        def work(cur: Any) -> None:
+            row = self._one(cur, self.s_trace_seq, params)
+            if row is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            conn.execute(self.s_trace_insert, _b({**params, "seq": seq}))
+            self._x(cur, self.s_trace_insert, {**params, "seq": row["trace_seq"]})
 
-        def pg_work(conn: Connection) -> None:
-            if conn.execute(self.q_trace, _b(params)).first() is None:
+        def pg_work(cur: Any) -> None:
+            if self._one(cur, self.q_trace, params) is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
 
         self._step(work, pg_work)
 
     def trace(self, task_id: str) -> list[TraceEntry]:
-        def work(conn: Connection) -> list[Row[Any]]:
-            rows = conn.execute(self.s_trace, _b({"task_id": task_id})).all()
+        def work(cur: Any) -> list[Any]:
+            rows = self._all(cur, self.s_trace, {"task_id": task_id})
             if not rows:
-                self._get_task(conn, task_id)
-            return list(rows)
+                self._get_task(cur, task_id)
+            return rows
 
-        return [_trace_entry(row._mapping) for row in self._read(work)]
+        return [_trace_entry(row) for row in self._read(work)]
 
-    # --- stop mark and terminal outcome ----------------------------------------------------------------------------
+    # --- stop mark and terminal outcome -----------------------------------------------------------------------------
 
     def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
         params = {"task_id": task_id, "reason": reason or "stop_requested", "now": now}
 
-        def work(conn: Connection) -> TaskSnapshot:
-            row = conn.execute(self.s_stop, _b(params)).first()
+        def work(cur: Any) -> TaskSnapshot:
+            row = self._one(cur, self.s_stop, params)
             if row is None:
                 raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
-            return _snapshot(row._mapping)
+            return _snapshot(row)
 
         return self._step(work, work)
 
@@ -1509,10 +1585,9 @@ class SQLStore(Store):
             "now": now,
         }
 
-        def work(conn: Connection) -> dict[str, Any]:
-            stored = conn.execute(self.s_finish, _b(params)).scalar()
-            if stored is None:
-                stored = self._get_task(conn, task_id).outcome
+        def work(cur: Any) -> dict[str, Any]:
+            row = self._one(cur, self.s_finish, params)
+            stored = row["outcome"] if row is not None else self._get_task(cur, task_id)["outcome"]
             return cast(dict[str, Any], _loads(stored))
 
         return self._write(work)
@@ -1528,45 +1603,44 @@ class SQLStore(Store):
         max_depth: int,
         now: float = 0.0,
     ) -> Activation:
-        def work(conn: Connection) -> Activation:
-            seen = conn.execute(self.s_activation, _b({"activation_id": activation_id})).first()
+        def work(cur: Any) -> Activation:
+            seen = self._one(cur, self.s_activation, {"activation_id": activation_id})
             if seen is not None:
-                return _activation(seen._mapping, duplicate=True)
+                return _activation(seen, duplicate=True)
             chain_id, depth = activation_id, 0
             if origin_operation_id:
-                parent = conn.execute(self.s_parent, _b({"origin": origin_operation_id})).first()
-                if parent is not None and parent.flow == flow:
-                    chain_id, depth = parent.chain_id, int(parent.depth) + 1
+                parent = self._one(cur, self.s_parent, {"origin": origin_operation_id})
+                if parent is not None and parent["flow"] == flow:
+                    chain_id, depth = parent["chain_id"], int(parent["depth"]) + 1
             granted = depth <= max_depth
-            row = conn.execute(
+            row = self._one(
+                cur,
                 self.s_activation_insert,
-                _b(
-                    {
-                        "activation_id": activation_id,
-                        "flow": flow,
-                        "chain_id": chain_id,
-                        "depth": depth,
-                        "origin": origin_operation_id,
-                        "granted": granted,
-                        "reason": None if granted else str(Reason.TRIGGER_CHAIN),
-                        "now": now,
-                    }
-                ),
-            ).first()
+                {
+                    "activation_id": activation_id,
+                    "flow": flow,
+                    "chain_id": chain_id,
+                    "depth": depth,
+                    "origin": origin_operation_id,
+                    "granted": granted,
+                    "reason": None if granted else str(Reason.TRIGGER_CHAIN),
+                    "now": now,
+                },
+            )
             if row is None:
                 raise _LostRace  # delivered twice at once: the other insert won; read it as a duplicate
-            return _activation(row._mapping)
+            return _activation(row)
 
         return self._write(work)
 
     def activations(self, flow: str | None = None) -> list[Activation]:
         if flow is None:
-            rows = self._read(lambda conn: conn.execute(self.s_activations).all())
+            rows = self._read(lambda cur: self._all(cur, self.s_activations))
         else:
-            rows = self._read(lambda conn: conn.execute(self.s_activations_of, _b({"flow": flow})).all())
-        return [_activation(row._mapping) for row in rows]
+            rows = self._read(lambda cur: self._all(cur, self.s_activations_of, {"flow": flow}))
+        return [_activation(row) for row in rows]
 
-    # --- approval pauses and transitions ---------------------------------------------------------------------------
+    # --- approval pauses and transitions ----------------------------------------------------------------------------
 
     def save_pause(
         self,
@@ -1590,79 +1664,77 @@ class SQLStore(Store):
             "status": str(outcome.get("status", "needs_human")),
         }
 
-        def work(conn: Connection) -> PauseRecord:
-            row = conn.execute(self.s_pause_insert, _b(params)).first()
+        def work(cur: Any) -> PauseRecord:
+            row = self._one(cur, self.s_pause_insert, params)
             if row is None:
-                self._get_task(conn, task_id)
+                self._get_task(cur, task_id)
                 raise StoreError(f"pause {pause_id!r} already exists")
-            conn.execute(self.s_outcome, _b(params))
-            return _pause(row._mapping)
+            self._x(cur, self.s_outcome, params)
+            return _pause(row)
 
         return self._write(work)
 
     def pause(self, pause_id: str) -> PauseRecord | None:
-        row = self._read(lambda conn: conn.execute(self.s_pause, _b({"pause_id": pause_id})).first())
-        return _pause(row._mapping) if row is not None else None
+        row = self._read(lambda cur: self._one(cur, self.s_pause, {"pause_id": pause_id}))
+        return _pause(row) if row is not None else None
 
     def pauses(self, task_id: str | None = None) -> list[PauseRecord]:
         if task_id is None:
-            rows = self._read(lambda conn: conn.execute(self.s_pauses).all())
+            rows = self._read(lambda cur: self._all(cur, self.s_pauses))
         else:
-            rows = self._read(lambda conn: conn.execute(self.s_pauses_of, _b({"task_id": task_id})).all())
-        return [_pause(row._mapping) for row in rows]
+            rows = self._read(lambda cur: self._all(cur, self.s_pauses_of, {"task_id": task_id}))
+        return [_pause(row) for row in rows]
 
     def decide_pause(
         self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
     ) -> PauseRecord:
         params = {"pause_id": pause_id, "who": who, "decisions": _encode(dict(decisions))}
 
-        def work(conn: Connection) -> PauseRecord:
-            row = conn.execute(self.s_pause_decide, _b(params)).first()
+        def work(cur: Any) -> PauseRecord:
+            row = self._one(cur, self.s_pause_decide, params)
             if row is not None:
-                return _pause(row._mapping)
-            old = conn.execute(self.s_pause, _b(params)).first()
+                return _pause(row)
+            old = self._one(cur, self.s_pause, params)
             if old is None:
                 raise StoreError(f"unknown pause {pause_id!r}")
-            raise PauseAlreadyResumed(
-                f"pause {pause_id!r} is {old.status} (by {old.decided_by or old.resumed_by!r}): its decisions are final"
-            )
+            by = old["decided_by"] or old["resumed_by"]
+            raise PauseAlreadyResumed(f"pause {pause_id!r} is {old['status']} (by {by!r}): its decisions are final")
 
         return self._write(work)
 
     def claim_pause(
         self, pause_id: str, *, who: str, decisions: dict[str, str] | None = None, why: str = "", now: float = 0.0
     ) -> tuple[PauseRecord, TransitionRecord]:
-        def work(conn: Connection) -> tuple[PauseRecord, TransitionRecord]:
-            old = conn.execute(self.s_pause, _b({"pause_id": pause_id})).first()
+        def work(cur: Any) -> tuple[PauseRecord, TransitionRecord]:
+            old = self._one(cur, self.s_pause, {"pause_id": pause_id})
             if old is None:
                 raise StoreError(f"unknown pause {pause_id!r}")
-            if old.status == "resumed":
+            if old["status"] == "resumed":
                 raise PauseAlreadyResumed(
-                    f"pause {pause_id!r} was already resumed by {old.resumed_by!r}: a pause resumes at most once"
+                    f"pause {pause_id!r} was already resumed by {old['resumed_by']!r}: a pause resumes at most once"
                 )
-            if decisions is None and old.status != "decided":
+            if decisions is None and old["status"] != "decided":
                 raise StoreError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
-            applied = json.loads(old.decisions) if decisions is None else dict(decisions)
-            task = self._get_task(conn, old.task_id)
-            row = conn.execute(
-                self.s_pause_claim, _b({"pause_id": pause_id, "who": who, "now": now, "decisions": _encode(applied)})
-            ).first()
+            applied = json.loads(old["decisions"]) if decisions is None else dict(decisions)
+            task = self._get_task(cur, old["task_id"])
+            claim = {"pause_id": pause_id, "who": who, "now": now, "decisions": _encode(applied)}
+            row = self._one(cur, self.s_pause_claim, claim)
             if row is None:
                 raise _LostRace  # another claimer won since our read (cannot happen under the write lock)
             transition = TransitionRecord(
                 f"tr-{uuid.uuid4().hex[:12]}",
-                old.task_id,
+                old["task_id"],
                 "resume",
                 who,
                 why,
                 now,
                 pause_id,
-                _loads(task.outcome),
+                _loads(task["outcome"]),
                 applied,
             )
-            conn.execute(self.s_transition_insert, _transition_params(transition))
-            conn.execute(self.s_reopen, _b({"task_id": old.task_id, "now": now}))
-            return _pause(row._mapping), transition
+            self._x(cur, self.s_transition_insert, _transition_params(transition))
+            self._x(cur, self.s_reopen, {"task_id": old["task_id"], "now": now})
+            return _pause(row), transition
 
         return self._write(work)
 
@@ -1676,8 +1748,8 @@ class SQLStore(Store):
         budget_delta: dict[str, Any] | None = None,
         now: float = 0.0,
     ) -> TransitionRecord:
-        def work(conn: Connection) -> TransitionRecord:
-            task = self._get_task(conn, task_id)._mapping
+        def work(cur: Any) -> TransitionRecord:
+            task = self._get_task(cur, task_id)
             if task["status"] == "running" and (task["stop_reason"] is None or kind != "recover"):
                 raise StoreError(f"task {task_id!r} is running: there is nothing to recover")
             delta = dict(budget_delta or {})
@@ -1694,20 +1766,19 @@ class SQLStore(Store):
                 {},
                 delta,
             )
-            conn.execute(self.s_transition_insert, _transition_params(transition))
-            conn.execute(
+            self._x(cur, self.s_transition_insert, _transition_params(transition))
+            self._x(
+                cur,
                 self.s_recover,
-                _b(
-                    {
-                        "task_id": task_id,
-                        "model_turns": budget.model_turns,
-                        "tool_executions": budget.tool_executions,
-                        "deadline": budget.deadline,
-                        "cost_limit": budget.cost,
-                        "clear_stop": kind == "recover",
-                        "now": now,
-                    }
-                ),
+                {
+                    "task_id": task_id,
+                    "model_turns": budget.model_turns,
+                    "tool_executions": budget.tool_executions,
+                    "deadline": budget.deadline,
+                    "cost_limit": budget.cost,
+                    "clear_stop": kind == "recover",
+                    "now": now,
+                },
             )
             return transition
 
@@ -1715,18 +1786,10 @@ class SQLStore(Store):
 
     def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
         if task_id is None:
-            rows = self._read(lambda conn: conn.execute(self.s_transitions).all())
+            rows = self._read(lambda cur: self._all(cur, self.s_transitions))
         else:
-            rows = self._read(lambda conn: conn.execute(self.s_transitions_of, _b({"task_id": task_id})).all())
-        return [_transition(row._mapping) for row in rows]
-
-    # --- for operators and tests -----------------------------------------------------------------------------------
-
-    @contextmanager
-    def connection(self) -> Iterator[Connection]:
-        """A connection of the store's engine, for read-only inspection (``SELECT``) by operators and tests."""
-        with self._engine.connect() as conn:
-            yield conn
+            rows = self._read(lambda cur: self._all(cur, self.s_transitions_of, {"task_id": task_id}))
+        return [_transition(row) for row in rows]
 
 
 def _transition_params(t: TransitionRecord) -> dict[str, Any]:
@@ -1744,12 +1807,12 @@ def _transition_params(t: TransitionRecord) -> dict[str, Any]:
     }
 
 
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_on_connect(synchronous: str, dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = FULL")  # the WAL is fsynced at every commit: see docs/store.md
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")  # FULL: the WAL is fsynced at every commit
     finally:
         cursor.close()
 
