@@ -441,6 +441,22 @@ def show_pause(pause_id: str) -> None:
     )
 
 
+@app.command("demo")
+def demo(
+    model: Annotated[
+        str | None, typer.Option(help="Run on this real model (needs OPENAI_API_KEY) instead of the scripted one.")
+    ] = None,
+) -> None:
+    """Run the demo: an agent looping on a search, and a payment whose response is lost, on this store."""
+    import os
+
+    from .demo import run_demo
+
+    if model and not os.environ.get("OPENAI_API_KEY"):
+        _fail("--model needs OPENAI_API_KEY; without it the demo runs its scripted model")
+    run_demo(db=_state.url, model=model)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``loopguard`` console script."""
     app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="loopguard")
