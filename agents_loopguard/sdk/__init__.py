@@ -7,11 +7,14 @@
 * :func:`run_guarded` / :func:`run_guarded_sync` / :func:`run_guarded_streamed`: run an agent under the task's
   guard (every model attempt and tool execution reserved first; forced ``tool_choice`` released once no work
   remains) and map how the run ended to one :class:`~agents_loopguard.Outcome`.
+* :func:`persist_pause` / :func:`resume_guarded` / :func:`resume_guarded_sync`: an approval pause is stored with
+  the task's budget (by default) and resumed once, in any process, with the counters continuing.
 """
 
 from ._internal import OnRefusal, ToolSpec, current_guard
 from .hooks import GuardHooks
 from .model import GuardedModel, GuardedModelProvider
+from .pauses import ResumeError, pending_calls, persist_pause, resume_guarded, resume_guarded_sync
 from .run import GuardedStream, GuardStopped, run_guarded, run_guarded_streamed, run_guarded_sync
 from .tools import guard_tool, guarded_tool, tool_spec
 
@@ -22,10 +25,15 @@ __all__ = [
     "GuardedModelProvider",
     "GuardedStream",
     "OnRefusal",
+    "ResumeError",
     "ToolSpec",
     "current_guard",
     "guard_tool",
     "guarded_tool",
+    "pending_calls",
+    "persist_pause",
+    "resume_guarded",
+    "resume_guarded_sync",
     "run_guarded",
     "run_guarded_streamed",
     "run_guarded_sync",

@@ -311,9 +311,13 @@ async def _conclude(
         if verdict is None and waiting:
             names = ", ".join(sorted({getattr(item, "name", None) or "tool" for item in waiting}))
             verdict = Verdict(Status.NEEDS_HUMAN, Reason.APPROVAL, f"{len(waiting)} call(s) wait for approval: {names}")
-            if on_pause is not None:
-                paused = await maybe_await(on_pause(result, guard))
-                pause_id = paused if isinstance(paused, str) else None
+            handler = on_pause
+            if handler is None:  # the default: store the pause, resumable in any process (resume_guarded)
+                from .pauses import persist_pause
+
+                handler = persist_pause
+            paused = await maybe_await(handler(result, guard))
+            pause_id = paused if isinstance(paused, str) else None
         elif verdict is None and run.max_turns_handled:
             verdict = Verdict(Status.STOPPED, Reason.MAX_TURNS, "max_turns reached; an error handler gave the output")
         elif verdict is None and run.done is not None:
@@ -377,7 +381,9 @@ async def run_guarded(
             the run and raises :class:`GuardStopped`.
         release_tool_choice: what replaces a forced ``tool_choice`` once no work remains: ``"none"`` (default, as the
             raw function-calling loop does: the model answers) or ``"auto"``.
-        on_pause: ``on_pause(result, guard) -> pause_id``, called on an approval interruption (persist the pause).
+        on_pause: ``on_pause(result, guard) -> pause_id``, called on an approval interruption. Default:
+            :func:`~agents_loopguard.sdk.persist_pause` stores the pause in the task's store (resume it with
+            :func:`~agents_loopguard.sdk.resume_guarded`); ``lambda result, guard: None`` stores nothing.
         context, max_turns, hooks, run_config, error_handlers, **runner_options: as for ``Runner.run``.
 
     A task that already ended returns its stored outcome without running anything.
