@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Annotated, Any, NoReturn
 
 import typer
+from sqlalchemy.exc import SQLAlchemyError
 
 from .approvals import DecisionError, check_pause, decide
 from .outcome import RecordError, RecoveryRecord, allowed_next_actions
@@ -459,7 +460,15 @@ def demo(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``loopguard`` console script."""
-    app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="loopguard")
+    try:  # usage errors and exits are typer's; what escapes a command is a store that cannot be used
+        app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="loopguard")
+    except StoreError as exc:
+        typer.echo(f"loopguard: {exc}", err=True)
+        raise SystemExit(2) from None
+    except SQLAlchemyError as exc:  # the database went away or refused us mid-command: say so, no traceback
+        cause = getattr(exc, "orig", None) or exc
+        typer.echo(f"loopguard: cannot use the store {_state.url or '(default)'!r}: {cause}".rstrip(), err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":  # python -m agents_loopguard.cli
