@@ -292,3 +292,19 @@ def test_cancelling_an_http_run_records_the_call_in_flight(server: ScriptedOpenA
         ("crawl[call_crawl]",),
     )
     assert len(server.requests) == 1
+
+
+def test_client_retries_beneath_the_guard_are_pointed_out_once(
+    server: ScriptedOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.add(final_text("one"), final_text("two"))
+
+    async def main() -> None:
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=2) as client:
+            for _ in range(2):
+                await guarded(Agent(name="a", model=sdk_model("responses", client)), False)
+
+    with caplog.at_level("WARNING", logger="agents_loopguard.sdk.model"):
+        asyncio.run(main())
+    warnings = [r for r in caplog.records if "retries up to 2 times" in r.getMessage()]
+    assert len(warnings) == 1 and "max_retries=0" in warnings[0].getMessage()

@@ -7,6 +7,8 @@ streamed and non-streamed runs alike, which is why ``tool_choice`` is replaced h
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,28 @@ if TYPE_CHECKING:
 
 __all__ = ["GuardedModel", "GuardedModelProvider"]
 
+log = logging.getLogger(__name__)
+_warned: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _warn_client_retries(model: Model) -> None:
+    """The openai client's own retries happen inside one ``get_response``, out of the guard's sight: say so once."""
+    client = getattr(model, "_client", None)  # the SDK's OpenAI models keep their client there
+    retries = getattr(client, "max_retries", 0)
+    try:
+        if client is None or not isinstance(retries, int) or retries <= 0 or client in _warned:
+            return
+        _warned.add(client)
+    except TypeError:  # a client that cannot be weakly referenced: no warning
+        return
+    log.warning(
+        "the openai client of %s retries up to %d times inside one model call, where the guard cannot count the "
+        "attempts: create it with max_retries=0 and retry with ModelSettings(retry=ModelRetrySettings(...)), "
+        "whose every attempt is reserved",
+        type(model).__name__,
+        retries,
+    )
+
 
 class GuardedModel(Model):
     """Wraps a ``Model`` for one guarded run: each attempt is reserved first (a refusal ends the run with the
@@ -36,6 +60,7 @@ class GuardedModel(Model):
     def __init__(self, inner: Model, run: GuardedRun) -> None:
         self._inner = inner
         self._run = run
+        _warn_client_retries(inner)
 
     @property
     def inner(self) -> Model:

@@ -126,15 +126,6 @@ def _guard_model(model: Any, run: GuardedRun) -> Any:
     return GuardedModel(model, run) if isinstance(model, Model) and not isinstance(model, GuardedModel) else model
 
 
-def _undeclared(tool: FunctionTool) -> FunctionTool:
-    """Guard a plain tool as a read, once per tool object (rebuilding a tool's schema on every run costs time)."""
-    cached = tool.__dict__.get("_loopguard_guarded")
-    if cached is None:
-        cached = guard_undeclared(tool)
-        tool.__dict__["_loopguard_guarded"] = cached
-    return cached
-
-
 def _guard_agent(agent: Agent[Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Agent[Any]:
     """A guarded copy of ``agent`` and of every agent it can hand off to (lazily, for ``Handoff`` objects)."""
     seen = memo.get(id(agent))
@@ -142,7 +133,7 @@ def _guard_agent(agent: Agent[Any], run: GuardedRun, memo: dict[int, Agent[Any]]
         return seen
     clone = agent.clone(model=_guard_model(agent.model, run), model_settings=agent.model_settings)
     memo[id(agent)] = clone
-    clone.tools = [_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+    clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
     clone.handoffs = [_guard_handoff(h, run, memo) for h in agent.handoffs]
     return clone
 

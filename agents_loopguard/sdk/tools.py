@@ -18,6 +18,8 @@ import asyncio
 import dataclasses
 import functools
 import inspect
+import json
+import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -167,6 +169,8 @@ def _guarded_invoker(
             run.report(_schema_rejected(name))
         return output
 
+    # Resolved annotations: the SDK reads them on every invocation (get_type_hints), and strings would be eval'ed.
+    on_invoke_tool.__annotations__ = {"ctx": ToolContext, "args_json": str, "return": Any}
     setattr(on_invoke_tool, _SPEC, spec)
     setattr(on_invoke_tool, _FUNCTION, function)
     setattr(on_invoke_tool, _INNER, inner)
@@ -281,12 +285,20 @@ def guard_tool(
     return _guard(tool, _spec(kind, operation_id, verify, name=tool.name))
 
 
-def _guard(tool: FunctionTool, spec: ToolSpec) -> FunctionTool:
-    if not isinstance(tool, FunctionTool):
-        raise TypeError(f"guard_tool needs a FunctionTool, got {type(tool).__name__}")
-    function = _function_of(tool)
-    if function is not None:
-        rebuilt = function_tool(
+_REBUILT: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, FunctionTool]] = weakref.WeakKeyDictionary()
+"""function -> the function_tool built around its body shim, per tool configuration that shapes the invoker."""
+
+
+def _rebuilt(function: Callable[..., Any], tool: FunctionTool) -> FunctionTool:
+    """``function_tool`` around the body shim of ``function`` (cached: building a schema costs a millisecond)."""
+    output_schema = json.dumps(tool.output_json_schema, sort_keys=True) if tool.output_json_schema else ""
+    key = f"{tool.name}|{tool.strict_json_schema}|{tool.allowed_callers}|{output_schema}"
+    try:
+        built = _REBUILT.setdefault(function, {})
+    except TypeError:  # not weakly referenceable: build every time
+        built = {}
+    if key not in built:
+        built[key] = function_tool(
             _shim(function),
             name_override=tool.name,
             use_docstring_info=False,
@@ -294,7 +306,16 @@ def _guard(tool: FunctionTool, spec: ToolSpec) -> FunctionTool:
             allowed_callers=tool.allowed_callers,
             output_json_schema=tool.output_json_schema,
         )
-        carrier = dataclasses.replace(tool, on_invoke_tool=rebuilt.on_invoke_tool)  # keeps the failure policy
+    return built[key]
+
+
+def _guard(tool: FunctionTool, spec: ToolSpec) -> FunctionTool:
+    if not isinstance(tool, FunctionTool):
+        raise TypeError(f"guard_tool needs a FunctionTool, got {type(tool).__name__}")
+    function = _function_of(tool)
+    if function is not None:
+        # bind the rebuilt invoker to a copy of this tool, so the tool's own failure policy formats body errors
+        carrier = dataclasses.replace(tool, on_invoke_tool=_rebuilt(function, tool).on_invoke_tool)
         invoker = _guarded_invoker(carrier.on_invoke_tool, spec, function=function)
     else:
         inner = getattr(tool.on_invoke_tool, _INNER, tool.on_invoke_tool)
