@@ -548,3 +548,51 @@ def test_run_guarded_sync_returns_the_same_outcome() -> None:
 
 def test_model_behavior_error_class_is_an_agents_exception() -> None:
     assert issubclass(ModelBehaviorError, agents.AgentsException)
+
+
+# --- more endings -------------------------------------------------------------------------------------------
+
+
+def test_after_validated_done_a_further_tool_call_does_not_run_and_the_task_stays_completed() -> None:
+    for mode in ("end", "continue"):
+        agent = agent_for(step("finish", {"summary": "s"}, "c1"), step("read_page", {"page": 4}, "c2"))
+        outcome = asyncio.run(run_guarded(agent, "go", budget=BUDGET, on_refusal=mode))
+        assert (outcome.status, outcome.value, outcome.used.tools) == (Status.COMPLETED, "final: s", 1)
+
+
+def test_a_passed_deadline_stops_before_the_first_model_call() -> None:
+    agent = agent_for()
+    outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(model_turns=5, tool_executions=5, deadline=1.0)))
+    assert (outcome.status, outcome.reason, outcome.used.models) == (Status.STOPPED, Reason.DEADLINE, 0)
+    assert agent.model.calls == ()  # type: ignore[attr-defined]
+
+
+def test_stop_on_first_tool_with_a_refused_call_keeps_the_refusal_as_the_outcome() -> None:
+    agent = agent_for(step("read_page", {"page": 1}, "c1"), tool_use_behavior="stop_on_first_tool")
+    outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(model_turns=5, tool_executions=0)))
+    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.TOOL_BUDGET)
+    assert "tool_budget" in outcome.result.final_output  # what the SDK took as its final output
+
+
+def test_a_callable_approval_policy_still_decides_per_call() -> None:
+    async def big(_ctx: Any, params: dict[str, Any], _call_id: str) -> bool:
+        return bool(params["amount"] > 10)
+
+    @guarded_tool(
+        kind="write",
+        operation_id=lambda a: f"transfer-{a['ref']}",
+        verify=pay_verify,
+        needs_approval=big,
+    )
+    def transfer(ref: str, amount: int) -> str:
+        """Transfer money."""
+        sent.append(ref)
+        return "sent"
+
+    batch = [
+        function_call("transfer", {"ref": "small", "amount": 5}, call_id="c1"),
+        function_call("transfer", {"ref": "big", "amount": 50}, call_id="c2"),
+    ]
+    outcome = asyncio.run(run_guarded(agent_for(batch, tools=[transfer]), "go", budget=BUDGET))
+    assert (outcome.status, outcome.reason, sent) == (Status.NEEDS_HUMAN, Reason.APPROVAL, ["small"])
+    assert [item.arguments for item in outcome.result.interruptions] == ['{"ref":"big","amount":50}']
