@@ -7,6 +7,7 @@ after a lost write is reconciled or a stopped task is recovered: the counters al
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -27,7 +28,7 @@ from agents_loopguard.sdk import (
     run_guarded_streamed,
     run_guarded_sync,
 )
-from agents_loopguard.store import PauseAlreadyResumed, SQLStore, Store
+from agents_loopguard.store import MemoryStore, PauseAlreadyResumed, SQLStore, Store
 
 pytestmark = pytest.mark.timeout(60)
 agents.set_tracing_disabled(True)
@@ -484,3 +485,38 @@ def test_a_partial_task_is_recovered_and_goes_on_from_its_revision(store: Store)
     )
     assert (done.status, done.used, done.revision) == (Status.COMPLETED, Usage(4, 2), 2)
     assert [t.kind for t in store.transitions("t-partial")] == ["recover"]
+
+
+def test_a_pause_changed_between_the_checks_and_the_claim_is_refused() -> None:
+    class SwappingStore(MemoryStore):
+        """Alters the stored state right before the claim, as a concurrent writer could."""
+
+        def claim_pause(self, pause_id: str, **kwargs: Any) -> Any:
+            record = self._pauses[pause_id]
+            self._pauses[pause_id] = dataclasses.replace(record, state=record.state.replace("5}", "8}"))
+            return super().claim_pause(pause_id, **kwargs)
+
+    store = SwappingStore()
+    paused = pause(store)
+    with pytest.raises(PauseTampered, match="changed while it was being resumed"):
+        resume_guarded_sync(clerk(), paused.pause_id, store=store, who="w", decisions={"c1": "approve"})
+    assert sent == []
+
+
+@guarded_tool(needs_approval=True)
+def call_partner(partner: str, api_key: str) -> str:
+    """Call a partner's API."""
+    return "called"
+
+
+def test_the_pending_calls_shown_to_an_operator_are_redacted(store: Store) -> None:
+    agent = Agent(
+        name="clerk",
+        model=ScriptedModel([call("call_partner", {"partner": "acme", "api_key": "sk-live-123456"}, "c1")]),
+        tools=[call_partner],
+    )
+    outcome = run_guarded_sync(agent, "go", budget=BUDGET, store=store, task_id="t-secret")
+    record = store.pause(outcome.pause_id or "")
+    assert record is not None
+    assert record.pending_calls[0]["arguments"] == '{"api_key":"[redacted]","partner":"acme"}'
+    assert "sk-live-123456" in record.state  # the RunState is the conversation itself: it keeps what the model sent
