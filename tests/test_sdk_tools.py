@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Any
 
@@ -391,3 +392,25 @@ def test_tool_choice_of_the_agent_is_not_touched() -> None:
     )
     run(agent)
     assert agent.model_settings.tool_choice == "required"
+
+
+def test_context_parameters_and_callable_objects_work_as_with_function_tool() -> None:
+    @guarded_tool(verify=lambda a, out: DONE)
+    def tenant_of(ctx: RunContextWrapper[Any], q: str) -> str:
+        """Which tenant asks."""
+        return f"{ctx.context['tenant']}:{q}"
+
+    class Lookup:
+        async def __call__(self, q: str) -> str:
+            """Look up asynchronously."""
+            await asyncio.sleep(0)
+            return f"found {q}"
+
+    lookup = guarded_tool(name_override="lookup", verify=lambda a, out: DONE)(Lookup())
+    assert lookup.params_json_schema == function_tool(Lookup(), name_override="lookup").params_json_schema
+    for tool, expected in ((tenant_of, "t-1:x"), (lookup, "found x")):
+        model = calls([function_call(tool.name, {"q": "x"}, call_id="c1")])
+        outcome = run(Agent(name="a", model=model, tools=[tool]), context={"tenant": "t-1"})
+        assert (outcome.status, outcome.value) == (Status.COMPLETED, expected)
+    with pytest.raises(UserError, match="partial"):
+        guarded_tool(functools.partial(aweather, "Oslo"))

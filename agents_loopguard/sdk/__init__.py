@@ -1,6 +1,12 @@
 """OpenAI Agents SDK adapter: decorate tools, run, read one Outcome.
 
->>> from agents_loopguard.sdk import guarded_tool, run_guarded  # doctest: +SKIP
+>>> from agents_loopguard.sdk import guarded_tool, tool_spec
+>>> @guarded_tool
+... def search_docs(query: str) -> list[str]:
+...     '''Search the policy documents.'''
+...     return []
+>>> search_docs.name, tool_spec(search_docs).kind
+('search_docs', 'read')
 
 * :func:`guarded_tool` / :func:`guard_tool`: function tools that declare their kind, a write's operation id and the
   application's ``verify``; a refused call never runs the body.

@@ -40,6 +40,7 @@ from agents.items import ToolApprovalItem
 from agents.result import RunResult, RunResultBase, RunResultStreaming
 
 from ..approvals import APPROVE, DecisionError, PauseTampered, check_decisions, check_pause, pause_digest
+from ..budget import Policy
 from ..canonical import CanonicalError, canonical_json, redact
 from ..core import Guard
 from ..outcome import Outcome, Reason, Status
@@ -287,7 +288,7 @@ async def resume_guarded(
     rejection_message: str | None = None,
     context_deserializer: Callable[[Mapping[str, Any]], Any] | None = None,
     context_override: Any = None,
-    policy: Any = None,
+    policy: Policy | None = None,
     secrets: Iterable[str] = (),
     **run_options: Any,
 ) -> Outcome:
@@ -336,14 +337,16 @@ async def resume_guarded(
     """
     if not who:
         raise DecisionError("a resume is recorded with who resumes: pass who=")
-    for key in ("guard", "budget", "store", "task_id", "policy"):
+    for key in ("guard", "budget"):
         if key in run_options:
             raise TypeError(f"resume_guarded() got {key}=: a resume continues the pause's own task and budget")
     record = _load(store, pause_id, task_id)
     chosen = _decisions_for(record, decisions)
     state = await _restore(agent, record, context_deserializer=context_deserializer, context_override=context_override)
     claimed, transition = _claim(store, record, chosen, who=who, why=why, given=decisions is not None)
-    if claimed.state != record.state:  # changed between our checks and the claim: refuse what we did not check
+    checked = (record.task_id, record.state, record.pending_calls, record.digest)
+    if (claimed.task_id, claimed.state, claimed.pending_calls, claimed.digest) != checked:
+        # changed between our checks and the claim: refuse what we did not check
         raise PauseTampered(
             f"pause {pause_id!r} changed while it was being resumed: refused and nothing was run, but the pause is "
             f"claimed: investigate before reopening task {claimed.task_id!r}"

@@ -121,7 +121,8 @@ def _function_of(tool: FunctionTool) -> Callable[..., Any] | None:
         wrapped = tool.__wrapped__
     except AttributeError:
         return None
-    return cast(Callable[..., Any], getattr(wrapped, _ORIGINAL, wrapped))
+    original = getattr(wrapped, _ORIGINAL, wrapped)
+    return cast(Callable[..., Any], original) if inspect.isroutine(original) else None
 
 
 def _guarded_invoker(
@@ -249,6 +250,13 @@ def guarded_tool(
     def decorate(the_func: Callable[..., Any]) -> FunctionTool:
         name = str(function_tool_kwargs.get("name_override") or getattr(the_func, "__name__", "tool"))
         spec = _spec(kind, operation_id, verify, name=name)
+        if isinstance(the_func, functools.partial):  # as function_tool: a partial hides its contract
+            raise UserError(
+                "Unsupported callable object: function_tool does not infer functools.partial contracts. "
+                "Use an explicit wrapper function."
+            )
+        if not inspect.isroutine(the_func):  # a callable object: the SDK adapts it; its whole invoker is the body
+            return _guard(function_tool(the_func, **function_tool_kwargs), spec)
         if function_tool_kwargs.get("timeout") is not None and not inspect.iscoroutinefunction(the_func):
             raise ValueError("FunctionTool timeout_seconds is only supported for async @function_tool handlers.")
         built = function_tool(_shim(the_func), **function_tool_kwargs)
