@@ -520,3 +520,15 @@ def test_the_pending_calls_shown_to_an_operator_are_redacted(store: Store) -> No
     assert record is not None
     assert record.pending_calls[0]["arguments"] == '{"api_key":"[redacted]","partner":"acme"}'
     assert "sk-live-123456" in record.state  # the RunState is the conversation itself: it keeps what the model sent
+
+
+def test_approving_the_same_write_again_and_again_sends_it_once_and_the_stall_rule_ends_it(store: Store) -> None:
+    outcome, approvals = pause(store), 0
+    while outcome.status is Status.NEEDS_HUMAN:
+        decide(store, outcome.pause_id, who="ana", approve_all=True)
+        approvals += 1
+        again = clerk(call("refund", {"order": 5}, f"c{approvals + 1}"))  # the model asks for the same refund
+        outcome = resume_guarded_sync(again, outcome.pause_id, store=store, who="w")
+    assert (outcome.status, outcome.reason, approvals, sent) == (Status.STOPPED, Reason.NO_PROGRESS, 4, ["refund-5"])
+    # the refund advanced the revision to 1; three replays in a row proved nothing new (Policy.max_stalled=3)
+    assert outcome.used == Usage(models=4, tools=1)  # replays of the committed refund are not executions
