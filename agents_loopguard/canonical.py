@@ -233,6 +233,8 @@ _SECRET_TEXT = re.compile(
     r"|\bsk-[A-Za-z0-9_-]{12,}"  # API keys in the sk- format
     r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"  # user:password@ in URLs
 )
+_SECRET_ASSIGNMENT = re.compile(r"(?i)(password|passwd|pwd|api_?key|token|secret)=[\"']?[^\s,;&'\"]+")
+"""``password=...`` in free text (error messages, connection strings, query strings): the value goes, the key stays."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -245,6 +247,8 @@ def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
+    if "=" in text:
+        text = _SECRET_ASSIGNMENT.sub(rf"\1={REDACTED}", text)
     return _SECRET_TEXT.sub(REDACTED, text)
 
 
@@ -252,8 +256,9 @@ def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     """Return a copy of ``value`` fit to be stored: credentials replaced by ``"[redacted]"``.
 
     Removed: values under credential-like keys (api_key, authorization, password, token, secret, cookie, ...),
-    bearer/basic credentials and ``sk-`` keys inside strings, passwords in URLs, and every value the application
-    registers in ``secrets`` wherever it appears. Hashing is not anonymizing, so nothing is kept as a hash.
+    bearer/basic credentials, ``sk-`` keys and ``password=...``-style assignments inside strings, passwords in
+    URLs, and every value the application registers in ``secrets`` wherever it appears. Hashing is not
+    anonymizing, so nothing is kept as a hash.
 
     >>> redact({"q": "x", "api_key": "k", "note": "Bearer abc.def.ghi"})
     {'q': 'x', 'api_key': '[redacted]', 'note': '[redacted]'}
