@@ -78,7 +78,10 @@ DEFAULT_URL = "sqlite:///.loopguard/loopguard.db"
 """Used when neither an argument nor ``LOOPGUARD_DATABASE_URL`` names a database: a file under the working directory."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-"""How long a SQLite connection waits for another process's write lock before giving up."""
+"""How long a SQLite step waits for another process's write lock before giving up."""
+_SQLITE_BUSY_HANDLER_MS = 5
+"""SQLite's own busy handler sleeps up to 100 ms between attempts, leaving the lock idle under contention; it waits
+only this long, and the store retries ``BEGIN IMMEDIATE`` itself (sub-millisecond, jittered) until the timeout."""
 SQLITE_SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 """Accepted ``?synchronous=`` values of a SQLite URL. FULL (the default) makes each commit durable before the step
 returns, so a write's ``unknown`` reservation survives a power loss before the tool runs; NORMAL may lose the last
@@ -565,7 +568,7 @@ class SQLStore(Store):
                 hide_parameters=True,
                 isolation_level="AUTOCOMMIT",
                 paramstyle="named",
-                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+                connect_args={"timeout": _SQLITE_BUSY_HANDLER_MS / 1000, "check_same_thread": False},
             )
             event.listen(self._engine, "connect", functools.partial(_sqlite_on_connect, self.synchronous))
             self._insert = lite.insert
@@ -1083,8 +1086,12 @@ class SQLStore(Store):
 
     def _run(self, work: Callable[[Any], T], *, transaction: bool) -> T:
         """Run ``work(cursor)`` as one atomic step: in a transaction (``BEGIN IMMEDIATE`` on SQLite), or as the
-        single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race."""
-        for attempt in range(_PG_RETRIES):
+        single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race, and
+        (SQLite) waits for the write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`."""
+        busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        attempt = 0
+        while True:
+            attempt += 1
             cur = self._cursor()
             began = False
             try:
@@ -1104,13 +1111,21 @@ class SQLStore(Store):
                     cur.execute("ROLLBACK")
             except self._dbapi_error as exc:
                 self._abort(cur, began)
+                if self._busy(exc, began) and time.monotonic() < busy_until:
+                    time.sleep(0.001 * random.random())  # another process holds the write lock: try again soon
+                    continue
                 if not self._retryable(exc):
                     raise self._error(exc) from exc
             except BaseException:
                 self._abort(cur, began)
                 raise
-            time.sleep(min(0.05, 0.0005 * (attempt + 1)) * random.random())
-        raise StoreError(f"{self!r}: a step kept losing races to concurrent workers ({_PG_RETRIES} attempts)")
+            if attempt >= _PG_RETRIES:
+                raise StoreError(f"{self!r}: a step kept losing races to concurrent workers ({attempt} attempts)")
+            time.sleep(min(0.05, 0.0005 * attempt) * random.random())
+
+    def _busy(self, exc: BaseException, began: bool) -> bool:
+        """SQLite: the write lock (or a read of a file being checkpointed) was not free; nothing was changed."""
+        return not self._pg and not began and getattr(exc, "sqlite_errorcode", None) in (5, 6)  # BUSY, LOCKED
 
     def _abort(self, cur: Any, began: bool) -> None:
         if self._pg and cur.connection.closed:
@@ -1185,11 +1200,25 @@ class SQLStore(Store):
             return None  # no meta table yet
         return None if value is None else str(value)
 
+    def _begin_when_free(self, conn: Connection) -> None:
+        """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
+        busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                conn.exec_driver_sql(self._begin)
+                return
+            except DBAPIError as exc:
+                if exc.orig is None or not self._busy(exc.orig, False) or time.monotonic() > busy_until:
+                    raise
+                time.sleep(0.001 * random.random())
+
     def _create_schema(self, conn: Connection) -> str:
         try:
-            conn.exec_driver_sql(self._begin)
-            if self._pg:  # concurrent first use by several workers: one creates, the others wait and see it
+            if self._pg:  # concurrent first use by several workers: one creates, the others wait, then see it
+                conn.exec_driver_sql("BEGIN ISOLATION LEVEL READ COMMITTED")  # each statement sees the latest
                 conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7295810394)")
+            else:
+                self._begin_when_free(conn)
             METADATA.create_all(conn, checkfirst=True)
             conn.execute(
                 self._insert(_meta)
@@ -1810,8 +1839,19 @@ def _transition_params(t: TransitionRecord) -> dict[str, Any]:
 def _sqlite_on_connect(synchronous: str, dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_HANDLER_MS}")
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        # WAL is a property of the file, set once; switching a new file while another connection does the same
+        # answers "locked" at once (no busy wait for that lock upgrade), so wait for it here
+        while True:
+            try:
+                if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                    break
+                cursor.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.002 * random.random())
         cursor.execute(f"PRAGMA synchronous = {synchronous}")  # FULL: the WAL is fsynced at every commit
     finally:
         cursor.close()
