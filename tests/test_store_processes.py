@@ -1,0 +1,197 @@
+"""The store's guarantees across real OS processes, on SQLite and on PostgreSQL.
+
+Each worker is a separate Python process (tests/workers/store_worker.py) running real Guards on its own SQLStore.
+Executions are counted from the workers' own log files, every line of them, not sampled and not read back from the
+store that is under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents_loopguard import Budget
+from agents_loopguard.store import OperationState, SQLStore
+
+pytestmark = pytest.mark.timeout(150)
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = 4
+
+
+class Worker:
+    """One worker process and its files."""
+
+    def __init__(self, tmp: Path, name: str, mode: str, **cfg: Any) -> None:
+        self.name = name
+        self.log = tmp / f"{name}.log"
+        self.result = tmp / f"{name}.json"
+        self.stderr = tmp / f"{name}.err"
+        self.ready = tmp / f"{name}.ready"
+        self.log.touch()
+        cfg = {**cfg, "log": str(self.log), "result": str(self.result), "ready": str(self.ready)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with open(self.stderr, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.workers.store_worker", mode, json.dumps(cfg)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.exists():
+            assert self.proc.poll() is None, f"{self.name} died before it was ready:\n{self.stderr.read_text()}"
+            assert time.monotonic() < deadline, f"{self.name} was not ready in {timeout} s"
+            time.sleep(0.01)
+
+    def finish(self, timeout: float = 120) -> Any:
+        code = self.proc.wait(timeout=timeout)
+        assert code == 0, f"{self.name} exited {code}:\n{self.stderr.read_text()}"
+        return json.loads(self.result.read_text())
+
+    def lines(self) -> list[str]:
+        return self.log.read_text().splitlines()
+
+
+def start_together(tmp: Path, workers: list[Worker]) -> None:
+    for worker in workers:
+        worker.wait_ready()
+    (tmp / "go").touch()
+
+
+def prepared(url: str) -> str:
+    """Create the schema before the race (first use by many processes is tested elsewhere)."""
+    with SQLStore(url) as store:
+        store.tasks()
+    return url
+
+
+def test_racing_workers_execute_each_operation_exactly_once(sql_url: str, tmp_path: Path) -> None:
+    url, operations = prepared(sql_url), 500
+    workers = [
+        Worker(
+            tmp_path,
+            f"race-{n}",
+            "race",
+            url=url,
+            worker=n,
+            workers=WORKERS,
+            operations=operations,
+            go=str(tmp_path / "go"),
+        )
+        for n in range(WORKERS)
+    ]
+    start_together(tmp_path, workers)
+    results = [w.finish() for w in workers]
+
+    executed: dict[str, str] = {}  # op -> the receipt of its one execution
+    for worker in workers:
+        for line in worker.lines():
+            op, receipt = line.split()
+            assert op not in executed, f"{op} executed twice: {executed[op]} and {receipt}"
+            executed[op] = receipt
+    assert len(executed) == operations  # every operation executed exactly once, by somebody
+
+    answers: Counter[str] = Counter()
+    for n, result in enumerate(results):
+        outcomes = result["outcomes"]
+        assert len(outcomes) == operations  # every worker accounted for every operation
+        answers.update(outcomes.values())
+        for op, receipt in result["replayed"].items():
+            assert receipt == executed[op], f"worker {n} replayed {op} with another result"
+        for op, outcome in outcomes.items():
+            assert (outcome == "executed") == executed[op].endswith(f"/w{n}")
+    assert answers["executed"] == operations
+    assert set(answers) <= {"executed", "replayed", "unknown_commit", "operation_conflict"}
+    assert sum(answers.values()) == WORKERS * operations
+    assert answers["operation_conflict"] > 0  # the odd worker out's other payload was refused, never executed
+    with SQLStore(url) as store:
+        ledger = store.operations()
+    assert len(ledger) == operations
+    assert all(r.state is OperationState.COMMITTED and r.attempts == 1 for r in ledger)
+    assert {r.operation_id: r.result["receipt"] for r in ledger} == executed
+
+
+def test_a_shared_budget_of_n_executions_is_never_exceeded(sql_url: str, tmp_path: Path) -> None:
+    url, limit = prepared(sql_url), 120
+    workers = [
+        Worker(
+            tmp_path, f"budget-{n}", "budget", url=url, task="shared", limit=limit, worker=n, go=str(tmp_path / "go")
+        )
+        for n in range(WORKERS)
+    ]
+    start_together(tmp_path, workers)
+    results = [w.finish() for w in workers]
+    grants = [int(line) for w in workers for line in w.lines()]
+    assert len(grants) == limit  # exactly N executions happened, never N+1
+    assert sorted(grants) == list(range(1, limit + 1))  # and each unit of the budget was taken once
+    assert [r["reason"] for r in results] == ["tool_budget"] * WORKERS
+    assert sum(1 for w in workers if w.lines()) > 1  # the workers really did share the budget
+    with SQLStore(url) as store:
+        task = store.task("shared")
+    assert task is not None and task.used.tools == limit
+
+
+def test_no_reservation_succeeds_after_the_stop_mark_commits(sql_url: str, tmp_path: Path) -> None:
+    """The stop statement sets the mark and reads the counters in one atomic step, and counters only grow by a
+    grant; so if any reservation were granted after the mark's commit, a counter would end above the one read with
+    the mark, or some grant would carry a larger number."""
+    url = prepared(sql_url)
+    with SQLStore(url) as store:
+        store.ensure_task("busy", Budget(model_turns=10**6, tool_executions=10**6))
+    go = str(tmp_path / "go")
+    workers = [Worker(tmp_path, f"loop-{n}", "stop_loop", url=url, task="busy", worker=n, go=go) for n in range(3)]
+    stop = Worker(tmp_path, "stopper", "stopper", url=url, task="busy", after=40, go=go)
+    start_together(tmp_path, [*workers, stop])
+    at_stop = stop.finish()
+    results = [w.finish() for w in workers]
+
+    granted: dict[str, list[int]] = {"turn": [], "tool": []}
+    for worker in workers:
+        for line in worker.lines():
+            kind, count = line.split()
+            granted[kind].append(int(count))
+    assert at_stop["tools"] >= 40 and at_stop["stop_reason"] == "operator: stop"
+    assert sorted(granted["tool"]) == list(range(1, at_stop["tools"] + 1))
+    assert sorted(granted["turn"]) == list(range(1, at_stop["models"] + 1))
+    for result in results:  # every worker went on until the mark refused it, and then stopped
+        assert result["refusal"]["reason"] == "stop_requested"
+    with SQLStore(url) as store:
+        task = store.task("busy")
+    assert task is not None
+    assert (task.used.models, task.used.tools) == (at_stop["models"], at_stop["tools"])
+
+
+def test_a_write_killed_in_flight_stays_unknown_and_is_never_resent(sql_url: str, tmp_path: Path) -> None:
+    url = prepared(sql_url)
+    call = {"tool": "pay", "kind": "write", "operation_id": "invoice-77-pay", "args": {"invoice": 77, "amount": 120}}
+    victim = Worker(tmp_path, "victim", "hang_write", url=url, task="payments", call=call)
+    victim.wait_ready()  # it is inside execute: reserved, not yet recorded
+    os.kill(victim.proc.pid, signal.SIGKILL)
+    assert victim.proc.wait(timeout=30) == -signal.SIGKILL
+    assert victim.lines() == ["executing"]
+
+    with SQLStore(url) as store:
+        record = store.lookup_operation("invoice-77-pay")
+    assert record is not None and record.state is OperationState.UNKNOWN and record.attempts == 1
+
+    nxt = Worker(tmp_path, "next", "retry_write", url=url, task="payments", call=call)
+    answers = nxt.finish()["answers"]
+    assert nxt.lines() == []  # the next workers did not execute it
+    for answer in answers.values():
+        assert answer == {"status": "needs_reconciliation", "reason": "unknown_commit", "op": "invoice-77-pay"}
+    with SQLStore(url) as store:
+        after = store.lookup_operation("invoice-77-pay")
+    assert after is not None and after.state is OperationState.UNKNOWN and after.attempts == 1
