@@ -320,3 +320,56 @@ def test_credentials_assigned_in_free_text_are_redacted() -> None:
         redact(text) == 'login failed: password=[redacted]" host=db; access_token=[redacted]&page=2 api_key=[redacted]'
     )
     assert redact("passwords=3 tokens=4 and a token") == "passwords=3 tokens=4 and a token"
+
+
+# --- what a guarded call costs the database -------------------------------------------------------------------------
+
+
+def exchanges(store: SQLStore, call: Any) -> list[str]:
+    """What the store's connection sent during ``call``: SQL statements (SQLite) or protocol messages (PostgreSQL)."""
+    import tempfile
+
+    dbapi = store._cursor().connection
+    if store.backend == "sqlite":
+        sent: list[str] = []
+        dbapi.set_trace_callback(sent.append)
+        try:
+            call()
+        finally:
+            dbapi.set_trace_callback(None)
+        return sent
+    with tempfile.TemporaryFile("w+") as trace:
+        dbapi.pgconn.trace(trace.fileno())
+        try:
+            call()
+        finally:
+            dbapi.pgconn.untrace()
+        trace.seek(0)
+        return [line.rstrip("\n").split("\t")[3] for line in trace if "\tF\t" in line]
+
+
+def test_a_guarded_read_and_write_each_cost_two_store_steps(sql_url: str) -> None:
+    with SQLStore(sql_url) as store:
+        guard = Guard(budget=BIG, store=store, task_id="cost")
+        n = iter(range(1, 100))
+
+        def guarded(kind: str) -> None:
+            i = next(n)
+            call: dict[str, Any] = {"tool": "t", "kind": kind, "args": {"i": i}}
+            if kind == "write":
+                call["operation_id"] = f"op-{i}"
+            ticket = guard.authorize(call)
+            assert isinstance(ticket, Ticket)
+            effect = "committed" if kind == "write" else "none"
+            verify = lambda c, r: {"revision": i, "done": False, "effect": effect}  # noqa: E731
+            assert guard.settle(ticket, {"status": "ok"}, verify) is None
+
+        guarded("read")  # warm: connection and schema
+        for kind in ("read", "write"):
+            sent = exchanges(store, lambda kind=kind: guarded(kind))
+            if store.backend == "sqlite":
+                # two transactions, each taking the write lock up front and committing once
+                assert [s for s in sent if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"] * 2
+            else:
+                round_trips = sent.count("Sync") + sent.count("Query")
+                assert round_trips == 2, (kind, sent)  # goals: read <= 2, write <= 3

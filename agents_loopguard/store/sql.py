@@ -995,6 +995,32 @@ class SQLStore(Store):
             """
             )
         )
+        self.q_task = c(
+            _sql(
+                f"""
+            WITH i AS (
+              INSERT INTO {T} (task_id, model_turns, tool_executions, deadline, cost_limit, models, tools, cost,
+                revision, stalled, status, trace_seq, created_at, updated_at)
+              VALUES (:task_id, :model_turns, :tool_executions, :deadline, :cost_limit, 0, 0, 0.0,
+                :revision, 0, 'running', 0, :now, :now)
+              ON CONFLICT (task_id) DO NOTHING
+              RETURNING *)
+            SELECT * FROM i UNION ALL SELECT * FROM {T} WHERE task_id = :task_id AND NOT EXISTS (SELECT 1 FROM i)
+            """
+            )
+        )
+        self.q_finish = c(
+            _sql(
+                f"""
+            WITH u AS (
+              UPDATE {T} SET outcome = :outcome, status = :status, updated_at = :now
+              WHERE task_id = :task_id AND outcome IS NULL
+              RETURNING outcome)
+            SELECT outcome FROM u
+            UNION ALL SELECT outcome FROM {T} WHERE task_id = :task_id AND NOT EXISTS (SELECT 1 FROM u)
+            """
+            )
+        )
         self.q_trace = c(
             _sql(
                 f"""
@@ -1256,7 +1282,13 @@ class SQLStore(Store):
             self._x(cur, self.s_task_insert, params)
             return _snapshot(self._get_task(cur, task_id))
 
-        return self._write(work)
+        def pg_work(cur: Any) -> TaskSnapshot:
+            row = self._one(cur, self.q_task, params)
+            if row is None:
+                raise _LostRace  # created by another worker after this statement's snapshot
+            return _snapshot(row)
+
+        return self._step(work, pg_work)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
         row = self._read(lambda cur: self._one(cur, self.s_task, {"task_id": task_id}))
@@ -1619,7 +1651,13 @@ class SQLStore(Store):
             stored = row["outcome"] if row is not None else self._get_task(cur, task_id)["outcome"]
             return cast(dict[str, Any], _loads(stored))
 
-        return self._write(work)
+        def pg_work(cur: Any) -> dict[str, Any]:
+            row = self._one(cur, self.q_finish, params)
+            if row is None:
+                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+            return cast(dict[str, Any], _loads(row["outcome"]))
+
+        return self._step(work, pg_work)
 
     # --- workflow re-entry --------------------------------------------------------------------------------------------
 
