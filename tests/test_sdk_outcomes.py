@@ -596,3 +596,35 @@ def test_a_callable_approval_policy_still_decides_per_call() -> None:
     outcome = asyncio.run(run_guarded(agent_for(batch, tools=[transfer]), "go", budget=BUDGET))
     assert (outcome.status, outcome.reason, sent) == (Status.NEEDS_HUMAN, Reason.APPROVAL, ["small"])
     assert [item.arguments for item in outcome.result.interruptions] == ['{"ref":"big","amount":50}']
+
+
+def test_a_write_cancelled_while_its_verify_runs_is_still_in_flight() -> None:
+    async def scenario() -> Any:
+        verifying = asyncio.Event()
+
+        async def slow_check(args: dict[str, Any], output: Any) -> dict[str, Any]:
+            verifying.set()
+            await asyncio.sleep(10)  # asks the receiver, which is slow to answer
+            return {"revision": 1, "done": False, "effect": "committed"}
+
+        @guarded_tool(kind="write", operation_id=lambda a: f"book-{a['room']}", verify=slow_check)
+        async def book(room: int) -> str:
+            """Book a room."""
+            sent.append(f"book-{room}")
+            return "booked?"
+
+        store = MemoryStore()
+        agent = agent_for(step("book", {"room": 7}, "c1"), tools=[book])
+        task = asyncio.create_task(run_guarded(agent, "go", budget=BUDGET, store=store))
+        await verifying.wait()
+        task.cancel()
+        return await task, store
+
+    outcome, store = asyncio.run(scenario())
+    assert (outcome.status, outcome.reason, outcome.operation_id) == (
+        Status.NEEDS_RECONCILIATION,
+        Reason.CANCELLED,
+        "book-7",
+    )
+    assert outcome.in_flight == ("book[c1] operation book-7",) and sent == ["book-7"]
+    assert store.lookup_operation("book-7").state is OperationState.UNKNOWN

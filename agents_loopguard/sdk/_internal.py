@@ -282,12 +282,13 @@ class GuardedRun:
             return self.report(ticket)
         if ticket.replay:
             output = result_output(ticket.result)
+            verify = await self._evidence(spec, ticket, output)
         else:
             key = next(self._keys)
-            flight = Flight(ticket, _label(call))
-            self.flights[key] = flight
+            flight = self.flights[key] = Flight(ticket, _label(call))
             try:
                 output = await body()
+                verify = await self._evidence(spec, ticket, output)  # still in flight until verified
             except asyncio.CancelledError:
                 self.interrupted.append(flight)
                 raise
@@ -298,8 +299,7 @@ class GuardedRun:
                 raise
             finally:
                 self.flights.pop(key, None)
-        result = {"status": "ok", "output": jsonable(output)}
-        settled = self.guard.settle(ticket, result, await self._evidence(spec, ticket, output))
+        settled = self.guard.settle(ticket, {"status": "ok", "output": jsonable(output)}, verify)
         if settled is not None:
             if settled.status is Status.COMPLETED:
                 if self.done is None:
