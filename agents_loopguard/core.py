@@ -31,11 +31,13 @@ from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
 from .store.base import OperationState, Store, TraceEntry
 from .store.memory import MemoryStore
 
-__all__ = ["Call", "Guard", "Kind", "Ticket", "Verdict", "create_runner", "parse_call"]
+__all__ = ["Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "create_runner", "parse_call"]
 
 Kind = Literal["read", "write", "poll", "page"]
 KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
 _UNSET: Any = object()
+Observer = Callable[[str, dict[str, Any]], None]
+"""``observer(event, data)``: told of every guard decision (the SDK adapter turns them into trace spans)."""
 logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 _REFUSALS = {
@@ -160,6 +162,7 @@ class Guard:
         clock: Callable[[], float] = time.time,
         initial_revision: int = 0,
         secrets: Iterable[str] = (),
+        observer: Observer | None = None,
     ) -> None:
         self.task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
         self.budget = budget
@@ -167,6 +170,8 @@ class Guard:
         self.policy = policy or Policy()
         self.clock = clock
         self.secrets = tuple(secrets)
+        self.observer = observer
+        """Told of every decision as ``observer(event, data)``; data carries no arguments or results."""
         self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
         self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
         self.last_good: Any = None
@@ -222,7 +227,21 @@ class Guard:
             cached = self._redacted_args[fp] = redact(call.args, secrets=self.secrets)
         return cached
 
+    def _observe(self, event: str, **data: Any) -> None:
+        """Tell the observer of a decision; an observer's failure never changes the decision."""
+        if self.observer is None:
+            return
+        data["task_id"] = self.task_id
+        data["models"], data["tools"], data["revision"] = self.used.models, self.used.tools, self.revision
+        try:
+            self.observer(event, data)
+        except Exception:
+            logger.exception("task %s: the observer failed on %s", self.task_id, event, extra={"task_id": self.task_id})
+
     def _refuse(self, call: Call | None, verdict: Verdict, *, at: float, fp: str | None = None) -> Verdict:
+        self._observe(
+            "call.refused", tool=call.tool if call else None, status=str(verdict.status), reason=str(verdict.reason)
+        )
         self.store.append_trace(self.task_id, self._trace(call, f"refused:{verdict.reason}", at=at, fp=fp))
         tool = call.tool if call else None
         logger.info(
@@ -250,13 +269,16 @@ class Guard:
             return done
         at = self._now() if now is None else now
         if self.budget.expired(at):
+            self._observe("turn.refused", reason=str(Reason.DEADLINE))
             return Verdict(Status.STOPPED, Reason.DEADLINE, f"deadline {self.budget.deadline} reached at {at}")
         grant = self.store.reserve_turn(self.task_id, now=at)
         self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:
             reason = grant.reason or Reason.STOP_REQUESTED
             detail = grant.detail or ("the task has no model turns left" if reason is Reason.MODEL_BUDGET else "")
+            self._observe("turn.refused", reason=str(reason))
             return Verdict(Status.STOPPED, reason, detail or _REFUSALS.get(reason, ""))
+        self._observe("turn.reserved")
         return None
 
     def authorize(self, proposal: Any, *, now: float | None = None, retry_of: Ticket | None = None) -> Ticket | Verdict:
@@ -324,6 +346,7 @@ class Guard:
             reason = grant.reason or Reason.STOP_REQUESTED
             detail = grant.detail or _REFUSALS.get(reason, "").format(tool=call.tool, revision=grant.revision)
             return self._refuse(call, Verdict(Status.STOPPED, reason, detail), at=at, fp=fp)
+        self._observe("call.authorized", tool=call.tool, kind=call.kind, operation_id=call.operation_id)
         return Ticket(call, proposal, fp, grant.revision, used=grant.used)
 
     def _existing_operation(
@@ -338,6 +361,7 @@ class Guard:
                 call.operation_id,
             )
         if state is OperationState.COMMITTED:
+            self._observe("call.replayed", tool=call.tool, kind=call.kind, operation_id=call.operation_id)
             return Ticket(call, proposal, fp, self.revision, replay=True, result=result, used=self.used)
         if state is OperationState.UNKNOWN:
             return Verdict(
@@ -358,6 +382,7 @@ class Guard:
             self._trace(call, f"exception:{type(error).__name__}", at=self._now(), fp=ticket.fingerprint, state=state),
         )
         status = Status.NEEDS_RECONCILIATION if write else Status.STOPPED
+        self._observe("call.failed", tool=call.tool, error=type(error).__name__, status=str(status), reason=str(reason))
         detail = redact(f"{type(error).__name__}: {error}", secrets=self.secrets)
         return Verdict(status, reason, detail, call.operation_id if write else None)
 
@@ -369,6 +394,17 @@ class Guard:
         no_progress. ``verify`` is the application's trusted check; if it raises or returns garbage, the evidence
         is invalid (never an exception out of the guard).
         """
+        verdict = self._settle(ticket, result, verify)
+        self._observe(
+            "call.settled",
+            tool=ticket.call.tool,
+            replay=ticket.replay,
+            status=str(verdict.status) if verdict else None,
+            reason=str(verdict.reason) if verdict else None,
+        )
+        return verdict
+
+    def _settle(self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any]) -> Verdict | None:
         call = ticket.call
         write = call.kind == "write"
         lost = Status.NEEDS_RECONCILIATION if write else Status.STOPPED
@@ -495,6 +531,9 @@ class Guard:
         )
         self.store.finish(self.task_id, outcome.record().to_dict(), now=self._now())
         self.outcome = outcome
+        self._observe(
+            "outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=outcome.operation_id
+        )
         logger.log(
             logging.INFO if outcome.status is Status.COMPLETED else logging.WARNING,
             "task %s: %s/%s (models %d, tools %d, revision %d)%s",

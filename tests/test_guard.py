@@ -306,3 +306,24 @@ def test_decisions_are_logged_with_the_task_id_and_without_secrets(caplog: pytes
     assert records and all(getattr(r, "task_id", None) == "t-log" for r in records)
     assert any(getattr(r, "reason", None) == "invalid_evidence" for r in records)
     assert all("hunter2" not in r.getMessage() for r in records)
+
+
+def test_the_observer_is_told_every_decision_without_arguments_and_cannot_break_the_guard() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    guard = Guard(budget=Budget(model_turns=3, tool_executions=1), observer=lambda e, d: events.append((e, d)))
+    secret_call = {"tool": "login", "kind": "read", "args": {"password": "hunter2"}}
+    assert step(guard, secret_call, OK, {"revision": 1, "done": False, "effect": "none"}) is None
+    verdict = step(guard, {"tool": "other", "kind": "read", "args": {}}, OK, {})
+    assert verdict is not None and verdict.reason is Reason.TOOL_BUDGET
+    guard.end(verdict)
+    names = [e for e, _ in events]
+    assert names == ["turn.reserved", "call.authorized", "call.settled", "turn.reserved", "call.refused", "outcome"]
+    assert all(d["task_id"] == guard.task_id for _, d in events)
+    assert events[-1][1]["reason"] == "tool_budget" and events[2][1]["revision"] == 1
+    assert "hunter2" not in json.dumps([d for _, d in events])
+
+    def broken(event: str, data: dict[str, Any]) -> None:
+        raise RuntimeError("observer bug")
+
+    other = Guard(budget=Budget(model_turns=3, tool_executions=3), observer=broken)
+    assert step(other, secret_call, OK, {"revision": 1, "done": True, "effect": "none"}) is not None
