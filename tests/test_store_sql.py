@@ -373,3 +373,10 @@ def test_a_guarded_read_and_write_each_cost_two_store_steps(sql_url: str) -> Non
             else:
                 round_trips = sent.count("Sync") + sent.count("Query")
                 assert round_trips == 2, (kind, sent)  # goals: read <= 2, write <= 3
+
+
+def test_an_unreachable_database_is_a_store_error_without_the_password() -> None:
+    store = SQLStore("postgresql+psycopg://lg:hunter2@127.0.0.1:1/none?connect_timeout=2")
+    with pytest.raises(StoreError, match="cannot connect") as err:
+        store.task("t")
+    assert "hunter2" not in str(err.value)

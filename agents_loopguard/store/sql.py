@@ -1082,7 +1082,11 @@ class SQLStore(Store):
             return held[2]
         if held is not None and held[0] != pid:
             self._engine.dispose(close=False)  # the parent's pooled connections stay the parent's
-        conn = self._engine.connect()
+        try:
+            conn = self._engine.connect()
+        except SQLAlchemyError as exc:
+            cause = getattr(exc, "orig", None) or exc
+            raise StoreError(f"{self!r}: cannot connect: {str(cause).strip()}") from exc
         with self._connections_lock:
             self._connections.append(conn)
         if not self._ready:
