@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from agents.exceptions import AgentsException
 from agents.model_settings import ModelSettings
+from agents.tracing import custom_span, get_current_trace
+from agents.tracing.traces import NoOpTrace
 from pydantic import BaseModel
 
 from ..core import Call, Guard, Kind, Ticket, Verdict
@@ -70,6 +72,17 @@ _HINTS: dict[Reason, str] = {
     Reason.UNKNOWN_COMMIT: "the result of this write is unknown; it will not be sent again until reconciled",
     Reason.VALIDATED_DONE: "the task is already validated as done; give your final answer",
 }
+
+def trace_decision(event: str, data: dict[str, Any]) -> None:
+    """A :class:`~agents_loopguard.core.Guard` observer: each guard decision becomes a ``loopguard.<event>`` custom
+    span in the current Agents SDK trace (nothing when tracing is off or no trace is active). The data carries ids,
+    counters and reasons, never arguments or results."""
+    current = get_current_trace()
+    if current is None or isinstance(current, NoOpTrace):
+        return
+    with custom_span(f"loopguard.{event}", data=dict(data)):
+        pass
+
 
 ACTIVE_RUN: ContextVar[GuardedRun | None] = ContextVar("agents_loopguard_run", default=None)
 """The guarded run of the current task (set by the entry points; copied by asyncio into tool tasks and threads)."""
@@ -185,6 +198,10 @@ class GuardedRun:
     max_turns_handled: bool = False
     cancel_requested: bool = False
     _keys: itertools.count[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        if self.guard.observer is None:  # guard decisions show as spans in the SDK's trace
+            self.guard.observer = trace_decision
 
     # --- decisions the run remembers -----------------------------------------------------------------------
 
