@@ -450,11 +450,6 @@ def _bind(name: str, **kwargs: Any) -> sa.BindParameter[Any]:
     return sa.bindparam(f"b_{name}", **kwargs)
 
 
-def _sql(text: str) -> sa.TextClause:
-    """A statement of SQL text with ``:name`` parameters (for the PostgreSQL steps)."""
-    return sa.text(text)
-
-
 class _Compiled:
     """A statement compiled once for the store's dialect: its SQL text and the values of its constant parameters."""
 
@@ -528,7 +523,8 @@ class SQLStore(Store):
     ``$LOOPGUARD_DATABASE_URL``, else ``sqlite:///.loopguard/loopguard.db`` under the working directory (created if
     missing; ``?synchronous=NORMAL`` trades the durability of the last commits on a power loss for speed). The
     tables are created on first use; a database written with another schema version is refused.
-    Create one store per process (it holds a connection pool) and :meth:`close` it when done.
+    Create one store per process (it keeps a connection per thread that uses it) and :meth:`close` it when done.
+    Lists are oldest first: tasks and operations by creation time (ties by id), the others in insertion order.
 
     >>> import tempfile
     >>> from agents_loopguard import Budget
@@ -914,7 +910,7 @@ class SQLStore(Store):
         )
         task_cols = "task_id, revision, models, tools, cost, model_turns, tool_executions, stop_reason, status"
         self.q_turn = c(
-            _sql(
+            sa.text(
                 f"""
             WITH t AS (SELECT {task_cols} FROM {T} WHERE task_id = :task_id),
             u AS (
@@ -948,7 +944,7 @@ class SQLStore(Store):
         rep_join += "AND rep.revision = t.revision"
         self.q_execution = {
             wait: c(
-                _sql(
+                sa.text(
                     f"""
                 WITH t AS (SELECT {task_cols} FROM {T} WHERE task_id = :task_id),
                 ok AS (SELECT task_id, revision FROM t WHERE {ok_task}),
@@ -963,9 +959,9 @@ class SQLStore(Store):
             for wait in (False, True)
         }
         op_cols = "operation_id, task_id, tool, payload, state, result, attempts, created_at, updated_at"
-        op_out = ", ".join(f"{{0}}.{c} AS {{1}}{c}" for c in op_cols.split(", "))
+        op_out = ", ".join(f"{{0}}.{col} AS {{1}}{col}" for col in op_cols.split(", "))
         self.q_write = c(
-            _sql(
+            sa.text(
                 f"""
             WITH t AS (SELECT {task_cols} FROM {T} WHERE task_id = :task_id),
             o AS (SELECT {op_cols} FROM {OP} WHERE operation_id = :operation_id),
@@ -982,7 +978,7 @@ class SQLStore(Store):
             reo AS (
               UPDATE {OP} SET state = 'unknown', result = NULL, attempts = {OP}.attempts + 1, updated_at = :now FROM r
               WHERE {OP}.operation_id = :operation_id AND {OP}.state = 'not_committed' AND {OP}.payload = :fingerprint
-              RETURNING {", ".join(f"{OP}.{c}" for c in op_cols.split(", "))}),
+              RETURNING {", ".join(f"{OP}.{col}" for col in op_cols.split(", "))}),
             c AS (SELECT * FROM ins UNION ALL SELECT * FROM reo),
             u AS (
               UPDATE {T} SET tools = tools + 1, updated_at = :now
@@ -996,7 +992,7 @@ class SQLStore(Store):
             )
         )
         self.q_task = c(
-            _sql(
+            sa.text(
                 f"""
             WITH i AS (
               INSERT INTO {T} (task_id, model_turns, tool_executions, deadline, cost_limit, models, tools, cost,
@@ -1010,7 +1006,7 @@ class SQLStore(Store):
             )
         )
         self.q_finish = c(
-            _sql(
+            sa.text(
                 f"""
             WITH u AS (
               UPDATE {T} SET outcome = :outcome, status = :status, updated_at = :now
@@ -1022,7 +1018,7 @@ class SQLStore(Store):
             )
         )
         self.q_trace = c(
-            _sql(
+            sa.text(
                 f"""
             WITH u AS (UPDATE {T} SET trace_seq = trace_seq + 1 WHERE task_id = :task_id RETURNING task_id, trace_seq)
             INSERT INTO {TR} ({trace_cols}) SELECT task_id, trace_seq, {trace_vals} FROM u RETURNING seq
@@ -1061,7 +1057,7 @@ class SQLStore(Store):
                         )
                         fresh = "ARRAY(SELECT key FROM s)"
                     self._q_record[(mode, with_op, with_seen)] = c(
-                        _sql("WITH " + ",\n".join(parts) + f"\nSELECT u.*, {fresh} AS fresh FROM u")
+                        sa.text("WITH " + ",\n".join(parts) + f"\nSELECT u.*, {fresh} AS fresh FROM u")
                     )
 
     # --- compiled statements, connections and transactions ------------------------------------------------------
