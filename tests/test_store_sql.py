@@ -142,12 +142,15 @@ def test_postgres_urls_use_psycopg_3() -> None:
 # --- SQLite settings -------------------------------------------------------------------------------------------------
 
 
-def test_sqlite_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
+def test_sqlite_runs_in_wal_mode_fsyncing_the_steps_that_protect_writes(tmp_path: Path) -> None:
     with SQLStore(f"sqlite:///{tmp_path / 'lg.db'}") as store:
         store.ensure_task("t", BIG)
         cur = store._cursor()
         assert cur.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert cur.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert store.synchronous == "WRITES"  # default: durable steps go to FULL (tests/test_store_durability.py)
+        assert cur.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL between them
+    with SQLStore(f"sqlite:///{tmp_path / 'full.db'}?synchronous=full") as full:
+        assert full._cursor().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL for every commit
     with SQLStore(f"sqlite:///{tmp_path / 'fast.db'}?synchronous=normal") as fast:
         assert fast._cursor().execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
         assert "synchronous" not in str(fast.url)
