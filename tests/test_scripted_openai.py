@@ -68,9 +68,7 @@ def sync_client(srv: ScriptedOpenAIServer, **kwargs: Any) -> openai.OpenAI:
 
 
 def async_client(srv: ScriptedOpenAIServer, **kwargs: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=srv.base_url, api_key="test", _strict_response_validation=True, **kwargs
-    )
+    return openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", _strict_response_validation=True, **kwargs)
 
 
 # --------------------------------------------------------------------------- chat completions
@@ -82,9 +80,7 @@ def test_chat_tool_call_then_final_answer_sync(server: ScriptedOpenAIServer) -> 
         final_text("Sunny in Paris."),
     )
     with sync_client(server) as client:
-        first = client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, tools=CHAT_TOOLS, tool_choice="required"
-        )
+        first = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=CHAT_TOOLS, tool_choice="required")
         choice = first.choices[0]
         assert choice.finish_reason == "tool_calls"
         assert choice.message.tool_calls is not None
@@ -115,9 +111,7 @@ def test_chat_tool_call_then_final_answer_sync(server: ScriptedOpenAIServer) -> 
 
 def test_chat_tool_call_then_final_answer_async(server: ScriptedOpenAIServer) -> None:
     server.add(
-        tool_calls(
-            function_call("get_weather", {"city": "Paris"}), function_call("get_weather", '{"city":"Oslo"}')
-        ),
+        tool_calls(function_call("get_weather", {"city": "Paris"}), function_call("get_weather", '{"city":"Oslo"}')),
         final_text("Both sunny."),
     )
 
@@ -140,9 +134,7 @@ def test_chat_tool_call_then_final_answer_async(server: ScriptedOpenAIServer) ->
 
 def test_responses_tool_call_then_final_answer_sync(server: ScriptedOpenAIServer) -> None:
     server.add(
-        tool_call(
-            "get_weather", {"city": "Paris"}, call_id="call_w1", usage=Usage(input_tokens=12, output_tokens=4)
-        ),
+        tool_call("get_weather", {"city": "Paris"}, call_id="call_w1", usage=Usage(input_tokens=12, output_tokens=4)),
         final_text("Sunny in Paris."),
     )
     with sync_client(server) as client:
@@ -264,10 +256,7 @@ def test_stall_longer_than_timeout_raises_api_timeout(server: ScriptedOpenAIServ
         with pytest.raises(openai.APITimeoutError):
             client.chat.completions.create(model=MODEL, messages=MESSAGES)
         # The stalled step was consumed; the server keeps serving the rest of the script.
-        assert (
-            client.chat.completions.create(model=MODEL, messages=MESSAGES).choices[0].message.content
-            == "next"
-        )
+        assert client.chat.completions.create(model=MODEL, messages=MESSAGES).choices[0].message.content == "next"
     assert len(server.requests) == 2
 
 
@@ -310,9 +299,7 @@ def test_dynamic_step_sees_the_request(server: ScriptedOpenAIServer) -> None:
 
     server.add(dynamic(decide), decide)  # a bare callable works too
     with sync_client(server) as client:
-        first = client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, tools=CHAT_TOOLS, tool_choice="required"
-        )
+        first = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=CHAT_TOOLS, tool_choice="required")
         second = client.chat.completions.create(model=MODEL, messages=MESSAGES, tool_choice="none")
     assert first.choices[0].message.tool_calls is not None
     assert second.choices[0].message.content == "tool_choice was none"
@@ -510,9 +497,7 @@ def test_agents_sdk_end_to_end(server: ScriptedOpenAIServer, kind: str, streamed
 
 
 @pytest.mark.parametrize("kind", ["chat", "responses"])
-def test_agents_sdk_leaves_first_attempt_retries_to_the_client(
-    server: ScriptedOpenAIServer, kind: str
-) -> None:
+def test_agents_sdk_leaves_first_attempt_retries_to_the_client(server: ScriptedOpenAIServer, kind: str) -> None:
     server.add(http_error(503, retry_after_ms=1), tool_call("add", {"a": 1, "b": 1}), final_text("2"))
     seen: list[tuple[int, int]] = []
 

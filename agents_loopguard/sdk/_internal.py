@@ -73,6 +73,7 @@ _HINTS: dict[Reason, str] = {
     Reason.VALIDATED_DONE: "the task is already validated as done; give your final answer",
 }
 
+
 def trace_decision(event: str, data: dict[str, Any]) -> None:
     """A :class:`~agents_loopguard.core.Guard` observer: each guard decision becomes a ``loopguard.<event>`` custom
     span in the current Agents SDK trace (nothing when tracing is off or no trace is active). The data carries ids,

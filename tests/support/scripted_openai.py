@@ -134,9 +134,7 @@ def _arguments(arguments: str | Mapping[str, Any]) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(dict(arguments))
 
 
-def function_call(
-    name: str, arguments: str | Mapping[str, Any] = "{}", call_id: str | None = None
-) -> FunctionCall:
+def function_call(name: str, arguments: str | Mapping[str, Any] = "{}", call_id: str | None = None) -> FunctionCall:
     """One function call; ``arguments`` is a JSON string or a mapping to encode."""
     return FunctionCall(name=name, arguments=_arguments(arguments), call_id=call_id)
 
@@ -348,9 +346,7 @@ def _chat_chunks(turn: _Turn, include_usage: bool) -> Iterator[JSON]:
 
 
 def _message_item(turn: _Turn, status: str, text: str | None = None) -> JSON:
-    content = (
-        [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
-    )
+    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
     return {
         "id": f"msg_{turn.number}",
         "type": "message",
@@ -433,20 +429,14 @@ def _response_events(turn: _Turn, request: JSON) -> Iterator[JSON]:
             yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
         yield event("response.output_text.done", **where, text=turn.text, logprobs=[])
         yield event("response.content_part.done", **where, part=full_part)
-        yield event(
-            "response.output_item.done", output_index=index, item=_message_item(turn, "completed", turn.text)
-        )
+        yield event("response.output_item.done", output_index=index, item=_message_item(turn, "completed", turn.text))
         index += 1
     for call in turn.calls:
         where = {"item_id": call.item_id, "output_index": index}
-        yield event(
-            "response.output_item.added", output_index=index, item=_call_item(call, "in_progress", "")
-        )
+        yield event("response.output_item.added", output_index=index, item=_call_item(call, "in_progress", ""))
         for piece in _arg_pieces(call.arguments):
             yield event("response.function_call_arguments.delta", **where, delta=piece)
-        yield event(
-            "response.function_call_arguments.done", **where, name=call.name, arguments=call.arguments
-        )
+        yield event("response.function_call_arguments.done", **where, name=call.name, arguments=call.arguments)
         yield event("response.output_item.done", output_index=index, item=_call_item(call, "completed"))
         index += 1
     yield event("response.completed", response=_response(turn, request))
@@ -683,11 +673,7 @@ class ScriptedOpenAIServer:
             body = raw_body.decode("utf-8", "replace")
         headers = {name.lower(): value for name, value in handler.headers.items()}
         endpoint: Endpoint | None = (
-            "chat"
-            if path.endswith("/chat/completions")
-            else "responses"
-            if path.endswith("/responses")
-            else None
+            "chat" if path.endswith("/chat/completions") else "responses" if path.endswith("/responses") else None
         )
         routed = endpoint is not None and handler.command == "POST" and isinstance(body, dict)
         with self._lock:
@@ -738,9 +724,7 @@ class ScriptedOpenAIServer:
                 fail(500, f"scripted step raised {exc!r}", "server_error", "scripted_step_error")
                 return
         if isinstance(step, HttpError):
-            handler.send_json(
-                step.status, _error_body(step.message, step.type, step.code), step.headers, request_id
-            )
+            handler.send_json(step.status, _error_body(step.message, step.type, step.code), step.headers, request_id)
         elif isinstance(step, Raw):
             handler.send_json(step.status, step.body, step.headers, request_id)
         elif isinstance(step, Reply):
