@@ -278,7 +278,8 @@ class Guard:
             detail = grant.detail or ("the task has no model turns left" if reason is Reason.MODEL_BUDGET else "")
             self._observe("turn.refused", reason=str(reason))
             return Verdict(Status.STOPPED, reason, detail or _REFUSALS.get(reason, ""))
-        self._observe("turn.reserved")
+        if self.observer is not None:  # inline check: building the event costs on the hot path
+            self._observe("turn.reserved")
         return None
 
     def authorize(self, proposal: Any, *, now: float | None = None, retry_of: Ticket | None = None) -> Ticket | Verdict:
@@ -346,7 +347,8 @@ class Guard:
             reason = grant.reason or Reason.STOP_REQUESTED
             detail = grant.detail or _REFUSALS.get(reason, "").format(tool=call.tool, revision=grant.revision)
             return self._refuse(call, Verdict(Status.STOPPED, reason, detail), at=at, fp=fp)
-        self._observe("call.authorized", tool=call.tool, kind=call.kind, operation_id=call.operation_id)
+        if self.observer is not None:
+            self._observe("call.authorized", tool=call.tool, kind=call.kind, operation_id=call.operation_id)
         return Ticket(call, proposal, fp, grant.revision, used=grant.used)
 
     def _existing_operation(
@@ -395,13 +397,14 @@ class Guard:
         is invalid (never an exception out of the guard).
         """
         verdict = self._settle(ticket, result, verify)
-        self._observe(
-            "call.settled",
-            tool=ticket.call.tool,
-            replay=ticket.replay,
-            status=str(verdict.status) if verdict else None,
-            reason=str(verdict.reason) if verdict else None,
-        )
+        if self.observer is not None:
+            self._observe(
+                "call.settled",
+                tool=ticket.call.tool,
+                replay=ticket.replay,
+                status=str(verdict.status) if verdict else None,
+                reason=str(verdict.reason) if verdict else None,
+            )
         return verdict
 
     def _settle(self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any]) -> Verdict | None:
