@@ -27,8 +27,6 @@ Refusals are exceptions, raised before anything runs and before the pause is cla
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
 import uuid
@@ -45,7 +43,7 @@ from ..canonical import CanonicalError, canonical_json, redact
 from ..core import Guard
 from ..outcome import Outcome, Reason, Status
 from ..store.base import PauseAlreadyResumed, PauseRecord, Store, StoreError
-from .run import _default_loop, run_guarded
+from .run import run_guarded, run_sync
 from .tools import tool_spec
 
 __all__ = ["ResumeError", "pending_calls", "persist_pause", "resume_guarded", "resume_guarded_sync"]
@@ -381,22 +379,4 @@ def resume_guarded_sync(agent: Agent[Any], pause_id: str, **kwargs: Any) -> Outc
     >>> resume_guarded_sync(agent, paused.pause_id, store=store, who="ana", decisions={"c1": "reject"}).used
     Usage(models=2, tools=0, cost=0.0)
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError("resume_guarded_sync() cannot be called while an event loop is running: await it")
-    loop = _default_loop()
-    task = loop.create_task(resume_guarded(agent, pause_id, **kwargs))
-    try:
-        return loop.run_until_complete(task)
-    except BaseException:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                loop.run_until_complete(task)
-        raise
-    finally:
-        with contextlib.suppress(RuntimeError):
-            loop.run_until_complete(loop.shutdown_asyncgens())
+    return run_sync(lambda: resume_guarded(agent, pause_id, **kwargs), name="resume_guarded")

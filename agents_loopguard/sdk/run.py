@@ -35,8 +35,8 @@ import contextlib
 import dataclasses
 import logging
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, Literal, TypeVar
 
 import openai
 from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, RunState
@@ -413,6 +413,33 @@ async def run_guarded(
     )
 
 
+T = TypeVar("T")
+
+
+def run_sync(start: Callable[[], Coroutine[Any, Any, T]], *, name: str) -> T:
+    """Run the coroutine ``start()`` returns to completion on the thread's default loop, for the ``*_sync`` entry
+    points: refused inside a running loop, and cancelled (then awaited) if the caller is interrupted."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError(f"{name}_sync() cannot be called while an event loop is running: await {name}()")
+    loop = _default_loop()
+    task = loop.create_task(start())
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(task)
+        raise
+    finally:
+        with contextlib.suppress(RuntimeError):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+
+
 def _default_loop() -> asyncio.AbstractEventLoop:
     """The thread's default loop, as ``Runner.run_sync`` uses it (clients bound to it stay usable across runs)."""
     with warnings.catch_warnings():
@@ -440,25 +467,7 @@ def run_guarded_sync(agent: Agent[Any], input: Any, **kwargs: Any) -> Outcome:
     >>> run_guarded_sync(agent, "hello", budget=Budget(model_turns=1, tool_executions=0)).used.models
     1
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError("run_guarded_sync() cannot be called while an event loop is running: await run_guarded()")
-    loop = _default_loop()
-    task = loop.create_task(run_guarded(agent, input, **kwargs))
-    try:
-        return loop.run_until_complete(task)
-    except BaseException:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                loop.run_until_complete(task)
-        raise
-    finally:
-        with contextlib.suppress(RuntimeError):
-            loop.run_until_complete(loop.shutdown_asyncgens())
+    return run_sync(lambda: run_guarded(agent, input, **kwargs), name="run_guarded")
 
 
 class GuardedStream:
