@@ -571,6 +571,8 @@ class ScriptedOpenAIServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._connections: dict[socket.socket, threading.Thread] = {}
+        self._handlers: set[threading.Thread] = set()  # every handler thread, joined by stop() (a handler leaves
+        # _connections in finish(), a moment before its thread ends)
         self._usage = usage or Usage()
         self._always_stream_usage = always_stream_usage
         self._stop_timeout = stop_timeout
@@ -608,7 +610,9 @@ class ScriptedOpenAIServer:
                 conn.shutdown(socket.SHUT_RDWR)
         httpd.server_close()
         thread.join(max(0.0, deadline - time.monotonic()))
-        for handler_thread in connections.values():
+        with self._lock:
+            handlers = set(self._handlers) | set(connections.values())
+        for handler_thread in handlers:
             handler_thread.join(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> ScriptedOpenAIServer:
@@ -661,6 +665,7 @@ class ScriptedOpenAIServer:
         with self._lock:
             if add:
                 self._connections[conn] = threading.current_thread()
+                self._handlers = {t for t in self._handlers if t.is_alive()} | {threading.current_thread()}
             else:
                 self._connections.pop(conn, None)
 
