@@ -380,10 +380,25 @@ def test_activations_follow_the_chain_through_the_ledger(store: Store) -> None:
     duplicate = store.activate("sync", "a-1", origin_operation_id=None, max_depth=5)
     assert duplicate.duplicate and (duplicate.depth, duplicate.chain_id) == (1, "a-0")
     other_flow = store.activate("billing", "b-0", origin_operation_id="write-by-a1", max_depth=0)
-    assert (other_flow.granted, other_flow.depth, other_flow.chain_id) == (True, 0, "b-0")
+    assert (other_flow.granted, other_flow.depth, other_flow.chain_id) == (True, 0, "a-0"), "joins, not re-enters"
     assert [a.activation_id for a in store.activations()] == ["a-0", "a-1", "a-2", "b-0"]
     assert [a.activation_id for a in store.activations("billing")] == ["b-0"]
     assert not any(a.duplicate for a in store.activations())
+
+
+def test_a_flow_re_triggered_through_another_flow_is_a_re_entry(store: Store) -> None:
+    """A -> B -> A: each activation alone is fine, the chain feeds itself; the store sees A among the ancestors."""
+    a0 = store.activate("orders", "o-0", origin_operation_id=None, max_depth=0)
+    store.ensure_task("o-0", BIG)
+    store.reserve_operation("o-0", "row-by-o0", "fp", "save")
+    b0 = store.activate("billing", "b-0", origin_operation_id="row-by-o0", max_depth=0)
+    assert (a0.granted, b0.granted, b0.depth, b0.chain_id) == (True, True, 0, "o-0")
+    store.ensure_task("b-0", BIG)
+    store.reserve_operation("b-0", "invoice-by-b0", "fp", "save")
+    echo = store.activate("orders", "o-1", origin_operation_id="invoice-by-b0", max_depth=0)
+    assert (echo.granted, echo.reason, echo.depth, echo.chain_id) == (False, Reason.TRIGGER_CHAIN, 1, "o-0")
+    allowed = store.activate("orders", "o-2", origin_operation_id="invoice-by-b0", max_depth=1)
+    assert (allowed.granted, allowed.depth) == (True, 1), "a chain budget of one re-entry admits it"
 
 
 # --- approval pauses and transitions ---------------------------------------------------------------------------------

@@ -124,9 +124,24 @@ def test_activations_not_caused_by_the_flow_start_new_chains() -> None:
     unknown = orders.activate("evt-2", origin_operation_id="written-by-someone-else")
     other_flow = billing.activate("evt-1", origin_operation_id="orders-sync:op-1")
     assert isinstance(unknown, Activation) and (unknown.depth, unknown.granted) == (0, True)
-    # Another flow reacting to our write is not our re-entry; the same event id is a distinct activation there.
+    # Another flow reacting to our write is not its own re-entry (it joins our chain); the same event id is a
+    # distinct activation there.
     assert isinstance(other_flow, Activation) and (other_flow.depth, other_flow.granted) == (0, True)
-    assert other_flow.activation_id == "billing:evt-1"
+    assert other_flow.activation_id == "billing:evt-1" and other_flow.chain_id == first.chain_id
+
+
+def test_a_ping_pong_between_two_flows_is_stopped_at_the_trigger() -> None:
+    store = MemoryStore()
+    orders = TriggerGuard(store, flow="orders-sync", max_depth=0)
+    billing = TriggerGuard(store, flow="billing", max_depth=0)
+    first = orders.activate("evt-1")
+    assert isinstance(first, Activation)
+    write_once(store, orders, first, "orders-sync:row-42")
+    invoice = billing.activate("evt-2", origin_operation_id="orders-sync:row-42")
+    assert isinstance(invoice, Activation) and invoice.granted
+    write_once(store, billing, invoice, "billing:invoice-42")
+    echo = orders.activate("evt-3", origin_operation_id="billing:invoice-42")
+    assert isinstance(echo, Outcome) and echo.reason is Reason.TRIGGER_CHAIN
 
 
 def test_guard_of_an_activation_uses_its_id_as_task_id_and_refuses_a_refused_one() -> None:

@@ -21,6 +21,7 @@ from ..budget import Budget
 from ..outcome import Reason, Usage
 
 __all__ = [
+    "MAX_CHAIN_WALK",
     "Activation",
     "Grant",
     "OperationClaim",
@@ -36,6 +37,10 @@ __all__ = [
     "TransitionRecord",
     "WriteReservation",
 ]
+
+
+MAX_CHAIN_WALK = 10_000
+"""How far :meth:`Store.activate` follows a chain's ancestry (a chain is acyclic: each link is older)."""
 
 
 class StoreError(RuntimeError):
@@ -171,7 +176,7 @@ class Activation:
     chain_id: str
     """The activation that started this chain (itself, for an activation from outside)."""
     depth: int
-    """0 for an activation from outside; n+1 when the origin was an effect of an activation at depth n."""
+    """Re-entries: earlier activations of the same flow among this activation's ancestors (0 from outside)."""
     origin_operation_id: str | None = None
     reason: Reason | None = None
     duplicate: bool = False
@@ -380,9 +385,11 @@ class Store(abc.ABC):
         """Record an activation of ``flow`` atomically and decide whether it may run.
 
         When ``origin_operation_id`` names an operation in the ledger written by a task that was itself an
-        activation of ``flow``, this activation continues that chain at depth + 1; beyond ``max_depth`` it is
-        refused (``trigger_chain``). An activation id seen before returns its first record (``duplicate``).
-        The activation id is also the task id of the run it starts.
+        activation (of any flow), this activation joins that activation's chain; its ``depth`` is the number of
+        earlier activations of ``flow`` among its ancestors, so a flow re-triggered by its own effect, directly or
+        through other flows (A -> B -> A), is a re-entry, and beyond ``max_depth`` it is refused
+        (``trigger_chain``). An activation id seen before returns its first record (``duplicate``). The
+        activation id is also the task id of the run it starts.
         """
 
     @abc.abstractmethod

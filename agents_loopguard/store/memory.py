@@ -12,6 +12,7 @@ from typing import Any
 from ..budget import Budget
 from ..outcome import Reason, Usage
 from .base import (
+    MAX_CHAIN_WALK,
     Activation,
     Grant,
     OperationClaim,
@@ -317,10 +318,14 @@ class MemoryStore(Store):
             if seen is not None:
                 return replace(seen, duplicate=True)
             chain_id, depth = activation_id, 0
-            origin = self._operations.get(origin_operation_id) if origin_operation_id else None
-            parent = self._activations.get(origin.task_id) if origin is not None else None
-            if parent is not None and parent.flow == flow:
-                chain_id, depth = parent.chain_id, parent.depth + 1
+            node = self._activation_that_wrote(origin_operation_id)
+            if node is not None:
+                chain_id = node.chain_id
+            for _ in range(MAX_CHAIN_WALK):  # the chain's ancestry: earlier activations of this flow are re-entries
+                if node is None:
+                    break
+                depth += node.flow == flow
+                node = self._activation_that_wrote(node.origin_operation_id)
             granted = depth <= max_depth
             record = Activation(
                 granted,
@@ -333,6 +338,11 @@ class MemoryStore(Store):
             )
             self._activations[activation_id] = record
             return record
+
+    def _activation_that_wrote(self, operation_id: str | None) -> Activation | None:
+        """The activation whose run wrote ``operation_id`` (its task id is the activation id), if any."""
+        origin = self._operations.get(operation_id) if operation_id else None
+        return self._activations.get(origin.task_id) if origin is not None else None
 
     def activations(self, flow: str | None = None) -> list[Activation]:
         with self._lock:

@@ -46,6 +46,7 @@ from sqlmodel import Field, SQLModel
 from ..budget import Budget
 from ..outcome import Reason, Usage
 from .base import (
+    MAX_CHAIN_WALK,
     Activation,
     Grant,
     OperationClaim,
@@ -802,7 +803,7 @@ class SQLStore(Store):
         self.s_activations = c(sa.select(a).order_by(a.c.ordinal))
         self.s_activations_of = c(sa.select(a).where(a.c.flow == p("flow")).order_by(a.c.ordinal))
         self.s_parent = c(
-            sa.select(a.c.flow, a.c.chain_id, a.c.depth)
+            sa.select(a.c.flow, a.c.chain_id, a.c.depth, a.c.origin_operation_id)
             .select_from(o.join(a, a.c.activation_id == o.c.task_id))
             .where(o.c.operation_id == p("origin"))
         )
@@ -1695,10 +1696,15 @@ class SQLStore(Store):
             if seen is not None:
                 return _activation(seen, duplicate=True)
             chain_id, depth = activation_id, 0
-            if origin_operation_id:
-                parent = self._one(cur, self.s_parent, {"origin": origin_operation_id})
-                if parent is not None and parent["flow"] == flow:
-                    chain_id, depth = parent["chain_id"], int(parent["depth"]) + 1
+            node = self._one(cur, self.s_parent, {"origin": origin_operation_id}) if origin_operation_id else None
+            if node is not None:
+                chain_id = node["chain_id"]
+            for _ in range(MAX_CHAIN_WALK):  # the chain's ancestry: earlier activations of this flow are re-entries
+                if node is None:
+                    break
+                depth += node["flow"] == flow
+                origin = node["origin_operation_id"]
+                node = self._one(cur, self.s_parent, {"origin": origin}) if origin else None
             granted = depth <= max_depth
             row = self._one(
                 cur,
