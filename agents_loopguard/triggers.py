@@ -42,9 +42,10 @@ _REFUSED_BUDGET = Budget(model_turns=0, tool_executions=0)
 class TriggerGuard:
     """The entry of one workflow: decide, in the store, whether an activation may run.
 
-    ``max_depth`` is the chain budget: how many times in a row the flow may be re-activated by its own effects
-    (0: never; an activation from outside is depth 0). Activation ids are ``"<flow>:<event_id>"``, so the same
-    event delivered to two flows is two activations, and delivered twice to one flow is one.
+    ``max_depth`` is the chain budget: how many times the flow may be re-activated by its own effects, directly or
+    through other flows (A's write fires B, B's write fires A) (0: never; an activation from outside is depth 0).
+    Activation ids are ``"<flow>:<event_id>"``, so the same event delivered to two flows is two activations, and
+    delivered twice to one flow is one.
 
     >>> from agents_loopguard import MemoryStore
     >>> TriggerGuard(MemoryStore(), flow="orders-sync").activate("evt-1").depth
