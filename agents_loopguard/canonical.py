@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -181,15 +182,23 @@ def canonical_json(value: Any) -> bytes:
         raise CanonicalError(str(exc)) from exc
 
 
-def fingerprint(tool: str, args: Any) -> str:
+def fingerprint(tool: str, args: Any, *, key: bytes | None = None) -> str:
     """The identity of a call: sha256 of the canonical JSON of ``{"tool": tool, "args": args}``.
 
-    Every argument takes part, so two calls differing in any field that changes meaning never share one.
+    Every argument takes part, so two calls differing in any field that changes meaning never share one. With a
+    ``key`` it is an HMAC-SHA256 instead: a hash is not anonymous (a low-entropy argument can be recovered from a
+    plain hash by guessing), a keyed one cannot be guessed without the key. Every worker of a store must use the
+    same key, or their fingerprints (and so the ledger's conflict checks) disagree.
 
     >>> fingerprint("save", {"amount": 5, "order": 42}) == fingerprint("save", {"order": 42, "amount": 5.0})
     True
+    >>> fingerprint("save", {"pin": 1234}, key=b"k") != fingerprint("save", {"pin": 1234})
+    True
     """
-    return hashlib.sha256(canonical_json({"tool": tool, "args": args})).hexdigest()
+    body = canonical_json({"tool": tool, "args": args})
+    if key is not None:
+        return hmac.new(key, body, hashlib.sha256).hexdigest()
+    return hashlib.sha256(body).hexdigest()
 
 
 # --- redaction -----------------------------------------------------------------------------------------

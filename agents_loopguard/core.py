@@ -18,6 +18,7 @@ The cycle of one call::
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,8 @@ KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
 _UNSET: Any = object()
 Observer = Callable[[str, dict[str, Any]], None]
 """``observer(event, data)``: told of every guard decision (the SDK adapter turns them into trace spans)."""
+FINGERPRINT_KEY_ENV = "LOOPGUARD_FINGERPRINT_KEY"
+"""Environment variable with the HMAC key of call fingerprints, shared by every worker of a store."""
 logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 _REFUSALS = {
@@ -163,6 +166,7 @@ class Guard:
         initial_revision: int = 0,
         secrets: Iterable[str] = (),
         observer: Observer | None = None,
+        fingerprint_key: str | bytes | None = None,
     ) -> None:
         self.task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
         self.budget = budget
@@ -172,6 +176,8 @@ class Guard:
         self.secrets = tuple(secrets)
         self.observer = observer
         """Told of every decision as ``observer(event, data)``; data carries no arguments or results."""
+        key = fingerprint_key if fingerprint_key is not None else os.environ.get(FINGERPRINT_KEY_ENV) or None
+        self._fingerprint_key = key.encode() if isinstance(key, str) else key  # None: plain sha256 fingerprints
         self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
         self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
         self.last_good: Any = None
@@ -301,7 +307,7 @@ class Guard:
         if isinstance(call, str):
             return self._refuse(None, Verdict(Status.STOPPED, Reason.INVALID_CALL, call), at=at)
         try:
-            fp = fingerprint(call.tool, call.args)
+            fp = fingerprint(call.tool, call.args, key=self._fingerprint_key)
         except CanonicalError as exc:
             return self._refuse(call, Verdict(Status.STOPPED, Reason.INVALID_CALL, str(exc)), at=at)
         if self.budget.expired(at):
