@@ -47,8 +47,10 @@ _REFUSALS = {
     Reason.SAME_CALL: "{tool}: the same call already ran the allowed number of times at revision {revision}",
     Reason.WAIT_BUDGET: "{tool}: the job is still pending after the polls its wait policy allows",
     Reason.TOOL_BUDGET: "{tool}: the task has no tool executions left",
+    Reason.MODEL_BUDGET: "the task has no model turns left",
     Reason.STOP_REQUESTED: "the task carries a stop mark",
 }
+"""The detail of a store refusal that came without one (``{tool}`` and ``{revision}`` filled for tool calls)."""
 
 
 @dataclass(frozen=True)
@@ -281,9 +283,9 @@ class Guard:
         self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:
             reason = grant.reason or Reason.STOP_REQUESTED
-            detail = grant.detail or ("the task has no model turns left" if reason is Reason.MODEL_BUDGET else "")
+            detail = grant.detail or _REFUSALS.get(reason, "")
             self._observe("turn.refused", reason=str(reason))
-            return Verdict(Status.STOPPED, reason, detail or _REFUSALS.get(reason, ""))
+            return Verdict(Status.STOPPED, reason, detail)
         if self.observer is not None:  # inline check: building the event costs on the hot path
             self._observe("turn.reserved")
         return None
