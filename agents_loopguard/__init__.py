@@ -5,6 +5,7 @@ import logging as _logging
 from .budget import Budget, Policy
 from .canonical import CanonicalError, canonical_json, fingerprint, redact
 from .core import Call, Guard, Ticket, Verdict, create_runner, parse_call
+from .errors import InputError, LoopguardError, NotFoundError, StateError
 from .evidence import Effect, Evidence, ResultStatus
 from .outcome import (
     NextAction,
@@ -26,8 +27,11 @@ __all__ = [
     "Effect",
     "Evidence",
     "Guard",
+    "InputError",
+    "LoopguardError",
     "MemoryStore",
     "NextAction",
+    "NotFoundError",
     "OperationRecord",
     "OperationState",
     "Outcome",
@@ -38,6 +42,7 @@ __all__ = [
     "RecoveryError",
     "RecoveryRecord",
     "ResultStatus",
+    "StateError",
     "Status",
     "Store",
     "StoreError",

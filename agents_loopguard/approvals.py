@@ -13,12 +13,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .canonical import canonical_json
-from .store.base import PauseRecord, Store, StoreError
+from .errors import InputError, NotFoundError, StateError
+from .store.base import PauseRecord, Store
 
 __all__ = [
     "APPROVE",
     "REJECT",
     "DecisionError",
+    "PauseNotFound",
     "PauseTampered",
     "check_decisions",
     "check_pause",
@@ -30,11 +32,15 @@ APPROVE = "approve"
 REJECT = "reject"
 
 
-class DecisionError(StoreError):
+class DecisionError(InputError):
     """Decisions that do not fit the pause (a call it does not hold, a missing call, an unknown verb)."""
 
 
-class PauseTampered(StoreError):
+class PauseNotFound(DecisionError, NotFoundError):
+    """No pause with that id in this store."""
+
+
+class PauseTampered(StateError):
     """The stored pause does not match its digest: its state or pending calls were changed after it was saved."""
 
 
@@ -115,7 +121,7 @@ def decide(
         raise DecisionError("a decision is recorded with who made it")
     record = store.pause(pause_id)
     if record is None:
-        raise DecisionError(f"unknown pause {pause_id!r}")
+        raise PauseNotFound(f"unknown pause {pause_id!r}")
     check_pause(record)
     if approve_all and reject_all:
         raise DecisionError("approve_all and reject_all together make no decision")

@@ -18,7 +18,8 @@ from typing import Annotated, Any, NoReturn
 import typer
 from sqlalchemy.exc import SQLAlchemyError
 
-from .approvals import DecisionError, check_pause, decide
+from .approvals import check_pause, decide
+from .errors import exit_code
 from .outcome import RecordError, RecoveryRecord, allowed_next_actions
 from .recovery import RecoveryError, reconcile, recover
 from .store.base import OperationState, Store, StoreError, TaskSnapshot
@@ -288,7 +289,7 @@ def reconcile_cmd(
     try:
         outcome = reconcile(_store(), operation_id, answer, who=who, why=why, result=parsed)
     except RecoveryError as exc:
-        _fail(str(exc), 2 if "unknown operation" in str(exc) else 1)
+        _fail(str(exc), exit_code(exc))
     actions = [str(a) for a in outcome.allowed_next_actions]
     reopened = outcome.transition is not None
     if _state.json:
@@ -320,10 +321,8 @@ def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[
             approve_all=all_verb == "approve",
             reject_all=all_verb == "reject",
         )
-    except DecisionError as exc:
-        _fail(str(exc), 2 if "unknown pause" in str(exc) else 1)
     except StoreError as exc:
-        _fail(str(exc), 1)
+        _fail(str(exc), exit_code(exc))
     if _state.json:
         _emit_json(
             {
@@ -379,7 +378,7 @@ def recover_cmd(
     try:
         transition = recover(_store(), task_id, who=who, why=why, extend=delta)
     except RecoveryError as exc:
-        _fail(str(exc), 1)
+        _fail(str(exc), exit_code(exc))
     if _state.json:
         _emit_json(transition)
         return
@@ -464,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="loopguard")
     except StoreError as exc:
         typer.echo(f"loopguard: {exc}", err=True)
-        raise SystemExit(2) from None
+        raise SystemExit(exit_code(exc)) from None
     except SQLAlchemyError as exc:  # the database went away or refused us mid-command: say so, no traceback
         cause = getattr(exc, "orig", None) or exc
         typer.echo(f"loopguard: cannot use the store {_state.url or '(default)'!r}: {cause}".rstrip(), err=True)

@@ -13,14 +13,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from .canonical import redact
+from .errors import InputError, NotFoundError, StateError, StoreError
 from .outcome import NextAction, Status
-from .store.base import OperationRecord, OperationState, Store, StoreError, TransitionRecord
+from .store.base import OperationRecord, OperationState, Store, TransitionRecord
 
-__all__ = ["Reconciliation", "RecoveryError", "reconcile", "recover"]
+__all__ = [
+    "Reconciliation",
+    "RecoveryError",
+    "RecoveryInputError",
+    "RecoveryNotFound",
+    "RecoveryRefused",
+    "reconcile",
+    "recover",
+]
 
 
 class RecoveryError(StoreError):
-    """A recovery decision that the task's state does not allow (the message says what to do instead)."""
+    """A recovery decision that cannot be recorded as asked (the message says what to do instead)."""
+
+
+class RecoveryRefused(RecoveryError, StateError):
+    """The task's or the operation's state does not allow this decision."""
+
+
+class RecoveryNotFound(RecoveryError, NotFoundError):
+    """No such task or operation in this store."""
+
+
+class RecoveryInputError(RecoveryError, InputError):
+    """The decision itself is malformed (no who/why, a budget extension that shrinks a limit...)."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +96,9 @@ def reconcile(
     at = time.time() if now is None else now
     current = store.lookup_operation(operation_id)
     if current is None:
-        raise RecoveryError(f"unknown operation {operation_id!r}: check the id (it is the business operation id)")
+        raise RecoveryNotFound(f"unknown operation {operation_id!r}: check the id (it is the business operation id)")
     if current.state is not OperationState.UNKNOWN:
-        raise RecoveryError(
+        raise RecoveryRefused(
             f"operation {operation_id!r} is already {current.state}: only an unknown operation is reconciled"
         )
     if state is OperationState.UNKNOWN:
@@ -124,25 +145,25 @@ def recover(
     (3, 'running', 'model_budget')
     """
     if not who or not why:
-        raise RecoveryError("a recovery is a recorded decision: say who decides and why")
+        raise RecoveryInputError("a recovery is a recorded decision: say who decides and why")
     task = store.task(task_id)
     if task is None:
-        raise RecoveryError(f"unknown task {task_id!r}")
+        raise RecoveryNotFound(f"unknown task {task_id!r}")
     status = task.status
     if status == "running" and task.stop_reason is None:
-        raise RecoveryError(f"task {task_id!r} is running: there is nothing to recover")
+        raise RecoveryRefused(f"task {task_id!r} is running: there is nothing to recover")
     if status == str(Status.NEEDS_RECONCILIATION):
-        raise RecoveryError(f"task {task_id!r} needs reconciliation: query the receiver and reconcile() first")
+        raise RecoveryRefused(f"task {task_id!r} needs reconciliation: query the receiver and reconcile() first")
     if status == str(Status.NEEDS_HUMAN):
-        raise RecoveryError(f"task {task_id!r} waits for a human: decide on its pause instead")
+        raise RecoveryRefused(f"task {task_id!r} waits for a human: decide on its pause instead")
     if status == str(Status.COMPLETED):
-        raise RecoveryError(f"task {task_id!r} is completed: return its result; there is nothing to recover")
+        raise RecoveryRefused(f"task {task_id!r} is completed: return its result; there is nothing to recover")
     if status != "running" and status not in _RECOVERABLE:
-        raise RecoveryError(f"task {task_id!r} has status {status!r}, which cannot be recovered")
+        raise RecoveryRefused(f"task {task_id!r} has status {status!r}, which cannot be recovered")
     delta = dict(extend or {})
     try:
         task.budget.extended(delta)  # validate before anything is written
     except ValueError as exc:
-        raise RecoveryError(str(exc)) from exc
+        raise RecoveryInputError(str(exc)) from exc
     at = time.time() if now is None else now
     return store.recover(task_id, who=who, why=why, kind="recover", budget_delta=delta, now=at)

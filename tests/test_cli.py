@@ -132,9 +132,9 @@ def test_decide_a_pause_from_the_cli_once(sql_url: str) -> None:
     shown = as_json("pause", pause, url=sql_url)
     assert shown["digest_ok"] is True and shown["status"] == "pending" and shown["used"]["models"] == 1
     wrong = loopguard("approve", pause, "--who", "ana", "--call", "c1", "--call", "c9", url=sql_url, check=False)
-    assert wrong.returncode == 1 and "no pending call 'c9'" in wrong.stderr
+    assert wrong.returncode == 2 and "no pending call 'c9'" in wrong.stderr  # bad input, not a state refusal
     partial = loopguard("approve", pause, "--who", "ana", "--call", "c1", url=sql_url, check=False)
-    assert partial.returncode == 1 and "undecided calls: c2" in partial.stderr
+    assert partial.returncode == 2 and "undecided calls: c2" in partial.stderr  # incomplete input
     decided = as_json("approve", pause, "--who", "ana", "--call", "c1", "--reject", "c2", url=sql_url)
     assert decided["decisions"] == {"c1": "approve", "c2": "reject"} and decided["decided_by"] == "ana"
     again = loopguard("reject", pause, "--who", "bob", url=sql_url, check=False)
@@ -161,7 +161,7 @@ def test_recover_from_the_cli_extends_limits_and_keeps_counters(tmp_path: Path) 
     guard.end(guard.begin_turn())  # type: ignore[arg-type]
     store.close()
     refused = loopguard("recover", "t-r", "--who", "lead", "--why", "", url=url, check=False)
-    assert refused.returncode == 1 and "who decides and why" in refused.stderr
+    assert refused.returncode == 2 and "who decides and why" in refused.stderr  # a missing --why is bad input
     out = loopguard("recover", "t-r", "--who", "lead", "--why", "productive; 3 more", "--more-turns", "3", url=url)
     assert "limits now 5 turns" in out.stdout and "used so far 2" in out.stdout
     task = as_json("show", "t-r", url=url)

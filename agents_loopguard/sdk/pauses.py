@@ -41,16 +41,21 @@ from ..approvals import APPROVE, DecisionError, PauseTampered, check_decisions, 
 from ..budget import Policy
 from ..canonical import CanonicalError, canonical_json, redact
 from ..core import Guard
+from ..errors import InputError, NotFoundError
 from ..outcome import Outcome, Reason, Status
-from ..store.base import PauseAlreadyResumed, PauseRecord, Store, StoreError
+from ..store.base import PauseAlreadyResumed, PauseRecord, Store
 from .run import run_guarded, run_sync
 from .tools import tool_spec
 
 __all__ = ["ResumeError", "pending_calls", "persist_pause", "resume_guarded", "resume_guarded_sync"]
 
 
-class ResumeError(StoreError):
+class ResumeError(InputError):
     """A pause that cannot be resumed as asked (the message says why and what to do); nothing was run."""
+
+
+class UnknownPause(ResumeError, NotFoundError):
+    """No pause with that id in the store given; nothing was run."""
 
 
 # --- persisting a pause -----------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ def persist_pause(
 def _load(store: Store, pause_id: str, task_id: str | None) -> PauseRecord:
     record = store.pause(pause_id)
     if record is None:
-        raise ResumeError(f"unknown pause {pause_id!r} in this store: check the id (`loopguard show TASK` lists them)")
+        raise UnknownPause(f"unknown pause {pause_id!r} in this store: check the id (`loopguard show TASK` lists them)")
     if task_id is not None and record.task_id != task_id:
         raise ResumeError(
             f"pause {pause_id!r} belongs to task {record.task_id!r}, not {task_id!r}: a decision only touches "

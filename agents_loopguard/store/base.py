@@ -18,18 +18,22 @@ from enum import Enum
 from typing import Any
 
 from ..budget import Budget
+from ..errors import InputError, NotFoundError, StateError, StoreError
 from ..outcome import Reason, Usage
 
 __all__ = [
     "MAX_CHAIN_WALK",
     "Activation",
     "Grant",
+    "InputError",
+    "NotFoundError",
     "OperationClaim",
     "OperationRecord",
     "OperationState",
     "PauseAlreadyResumed",
     "PauseRecord",
     "Progress",
+    "StateError",
     "Store",
     "StoreError",
     "TaskSnapshot",
@@ -43,11 +47,7 @@ MAX_CHAIN_WALK = 10_000
 """How far :meth:`Store.activate` follows a chain's ancestry (a chain is acyclic: each link is older)."""
 
 
-class StoreError(RuntimeError):
-    """The store cannot be used as asked (wrong schema version, unknown task, tampered record...)."""
-
-
-class PauseAlreadyResumed(StoreError):
+class PauseAlreadyResumed(StateError):
     """The pause was already resumed (or is being resumed by another process): it resumes at most once."""
 
 

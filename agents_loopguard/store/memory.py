@@ -15,14 +15,16 @@ from .base import (
     MAX_CHAIN_WALK,
     Activation,
     Grant,
+    InputError,
+    NotFoundError,
     OperationClaim,
     OperationRecord,
     OperationState,
     PauseAlreadyResumed,
     PauseRecord,
     Progress,
+    StateError,
     Store,
-    StoreError,
     TaskSnapshot,
     TraceEntry,
     TransitionRecord,
@@ -96,7 +98,7 @@ class MemoryStore(Store):
         try:
             return self._tasks[task_id]
         except KeyError:
-            raise StoreError(f"unknown task {task_id!r}: call ensure_task first") from None
+            raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first") from None
 
     # tasks and counters
 
@@ -233,9 +235,9 @@ class MemoryStore(Store):
         with self._lock:
             old = self._operations.get(operation_id)
             if old is None:
-                raise StoreError(f"unknown operation {operation_id!r}")
+                raise NotFoundError(f"unknown operation {operation_id!r}")
             if old.state is not OperationState.UNKNOWN:
-                raise StoreError(f"operation {operation_id!r} is {old.state}, not unknown: nothing to reconcile")
+                raise StateError(f"operation {operation_id!r} is {old.state}, not unknown: nothing to reconcile")
             if state is OperationState.UNKNOWN:
                 return old
             record = replace(old, state=state, result=copy.deepcopy(result), updated_at=now)
@@ -364,7 +366,7 @@ class MemoryStore(Store):
         with self._lock:
             task = self._task(task_id)
             if pause_id in self._pauses:
-                raise StoreError(f"pause {pause_id!r} already exists")
+                raise InputError(f"pause {pause_id!r} already exists")
             record = PauseRecord(
                 pause_id,
                 task_id,
@@ -396,7 +398,7 @@ class MemoryStore(Store):
         with self._lock:
             record = self._pauses.get(pause_id)
             if record is None:
-                raise StoreError(f"unknown pause {pause_id!r}")
+                raise NotFoundError(f"unknown pause {pause_id!r}")
             if record.status != "pending":
                 raise PauseAlreadyResumed(
                     f"pause {pause_id!r} is {record.status} (by {record.decided_by or record.resumed_by!r}): "
@@ -412,14 +414,14 @@ class MemoryStore(Store):
         with self._lock:
             record = self._pauses.get(pause_id)
             if record is None:
-                raise StoreError(f"unknown pause {pause_id!r}")
+                raise NotFoundError(f"unknown pause {pause_id!r}")
             if record.status == "resumed":
                 raise PauseAlreadyResumed(
                     f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once"
                 )
             applied = dict(record.decisions) if decisions is None else dict(decisions)
             if decisions is None and record.status != "decided":
-                raise StoreError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
+                raise StateError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
             task = self._task(record.task_id)
             claimed = replace(record, status="resumed", resumed_at=now, resumed_by=who, decisions=applied)
             self._pauses[pause_id] = claimed
@@ -451,7 +453,7 @@ class MemoryStore(Store):
         with self._lock:
             task = self._task(task_id)
             if task.status == "running" and (task.stop_reason is None or kind != "recover"):
-                raise StoreError(f"task {task_id!r} is running: there is nothing to recover")
+                raise StateError(f"task {task_id!r} is running: there is nothing to recover")
             delta = dict(budget_delta or {})
             task.budget = task.budget.extended(delta)
             transition = TransitionRecord(

@@ -49,12 +49,15 @@ from .base import (
     MAX_CHAIN_WALK,
     Activation,
     Grant,
+    InputError,
+    NotFoundError,
     OperationClaim,
     OperationRecord,
     OperationState,
     PauseAlreadyResumed,
     PauseRecord,
     Progress,
+    StateError,
     Store,
     StoreError,
     TaskSnapshot,
@@ -1285,7 +1288,7 @@ class SQLStore(Store):
     def _get_task(self, cur: Any, task_id: str) -> Any:
         row = self._one(cur, self.s_task, {"task_id": task_id})
         if row is None:
-            raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+            raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
         return row
 
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
@@ -1364,7 +1367,7 @@ class SQLStore(Store):
         def pg_work(cur: Any) -> Grant:
             row = self._one(cur, self.q_turn, params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             if row["g_models"] is None:
                 return self._turn_refusal(row)
             return Grant(True, None, _usage(row, "g_"), int(row["g_revision"]))
@@ -1416,7 +1419,7 @@ class SQLStore(Store):
                 return refusal(cur, self._get_task(cur, task_id))
             row = self._one(cur, self.q_execution[wait is not None], params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             if row["g_tools"] is not None:
                 return Grant(True, None, _usage(row, "g_"), int(row["g_revision"]))
             found = _execution_refusal(
@@ -1493,7 +1496,7 @@ class SQLStore(Store):
             if row["o_operation_id"] is not None and blocks(row, "o_"):
                 return WriteReservation(None, OperationClaim(False, _operation(row, "o_")))
             if row["task_id"] is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             if row["g_tools"] is not None and row["c_operation_id"] is not None:
                 grant = Grant(True, None, _usage(row, "g_"), int(row["g_revision"]))
                 return WriteReservation(grant, OperationClaim(True, _operation(row, "c_")))
@@ -1524,7 +1527,7 @@ class SQLStore(Store):
         def work(cur: Any) -> Usage:
             row = self._one(cur, self.s_settle, params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             return _usage(row)
 
         return self._step(work, work)
@@ -1573,9 +1576,9 @@ class SQLStore(Store):
                     return _operation(row)
             old = self._one(cur, self.s_op, params)
             if old is None:
-                raise StoreError(f"unknown operation {operation_id!r}")
+                raise NotFoundError(f"unknown operation {operation_id!r}")
             if old["state"] != str(OperationState.UNKNOWN):
-                raise StoreError(f"operation {operation_id!r} is {old['state']}, not unknown: nothing to reconcile")
+                raise StateError(f"operation {operation_id!r} is {old['state']}, not unknown: nothing to reconcile")
             if state is OperationState.UNKNOWN:
                 return _operation(old)
             raise _LostRace
@@ -1606,7 +1609,7 @@ class SQLStore(Store):
         def work(cur: Any) -> Progress:
             row = self._one(cur, self.s_progress[mode], params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             self._x(cur, self.s_trace_insert, {**params, "seq": row["trace_seq"]})
             if operation is not None:
                 self._x(cur, self.s_op_settle, params)
@@ -1616,7 +1619,7 @@ class SQLStore(Store):
         def pg_work(cur: Any) -> Progress:
             row = self._one(cur, self._q_record[(mode, operation is not None, bool(keys))], params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             fresh = set(row["fresh"] or ())
             return Progress(int(row["revision"]), int(row["stalled"]), tuple(k not in fresh for k in seen), _usage(row))
 
@@ -1628,12 +1631,12 @@ class SQLStore(Store):
         def work(cur: Any) -> None:
             row = self._one(cur, self.s_trace_seq, params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             self._x(cur, self.s_trace_insert, {**params, "seq": row["trace_seq"]})
 
         def pg_work(cur: Any) -> None:
             if self._one(cur, self.q_trace, params) is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
 
         self._step(work, pg_work)
 
@@ -1654,7 +1657,7 @@ class SQLStore(Store):
         def work(cur: Any) -> TaskSnapshot:
             row = self._one(cur, self.s_stop, params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             return _snapshot(row)
 
         return self._step(work, work, durable=True)
@@ -1675,7 +1678,7 @@ class SQLStore(Store):
         def pg_work(cur: Any) -> dict[str, Any]:
             row = self._one(cur, self.q_finish, params)
             if row is None:
-                raise StoreError(f"unknown task {task_id!r}: call ensure_task first")
+                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
             return cast(dict[str, Any], _loads(row["outcome"]))
 
         return self._step(work, pg_work, durable=True)
@@ -1761,7 +1764,7 @@ class SQLStore(Store):
             row = self._one(cur, self.s_pause_insert, params)
             if row is None:
                 self._get_task(cur, task_id)
-                raise StoreError(f"pause {pause_id!r} already exists")
+                raise InputError(f"pause {pause_id!r} already exists")
             self._x(cur, self.s_outcome, params)
             return _pause(row)
 
@@ -1789,7 +1792,7 @@ class SQLStore(Store):
                 return _pause(row)
             old = self._one(cur, self.s_pause, params)
             if old is None:
-                raise StoreError(f"unknown pause {pause_id!r}")
+                raise NotFoundError(f"unknown pause {pause_id!r}")
             by = old["decided_by"] or old["resumed_by"]
             raise PauseAlreadyResumed(f"pause {pause_id!r} is {old['status']} (by {by!r}): its decisions are final")
 
@@ -1801,13 +1804,13 @@ class SQLStore(Store):
         def work(cur: Any) -> tuple[PauseRecord, TransitionRecord]:
             old = self._one(cur, self.s_pause, {"pause_id": pause_id})
             if old is None:
-                raise StoreError(f"unknown pause {pause_id!r}")
+                raise NotFoundError(f"unknown pause {pause_id!r}")
             if old["status"] == "resumed":
                 raise PauseAlreadyResumed(
                     f"pause {pause_id!r} was already resumed by {old['resumed_by']!r}: a pause resumes at most once"
                 )
             if decisions is None and old["status"] != "decided":
-                raise StoreError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
+                raise StateError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
             applied = json.loads(old["decisions"]) if decisions is None else dict(decisions)
             task = self._get_task(cur, old["task_id"])
             claim = {"pause_id": pause_id, "who": who, "now": now, "decisions": _encode(applied)}
@@ -1844,7 +1847,7 @@ class SQLStore(Store):
         def work(cur: Any) -> TransitionRecord:
             task = self._get_task(cur, task_id)
             if task["status"] == "running" and (task["stop_reason"] is None or kind != "recover"):
-                raise StoreError(f"task {task_id!r} is running: there is nothing to recover")
+                raise StateError(f"task {task_id!r} is running: there is nothing to recover")
             delta = dict(budget_delta or {})
             budget = _budget(task).extended(delta)
             transition = TransitionRecord(
