@@ -25,11 +25,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .approvals import pause_digest
 from .budget import Budget, Policy
 from .canonical import CanonicalError, fingerprint, redact
-from .evidence import Effect, Evidence, ResultStatus, parse_evidence, result_status
+from .evidence import Effect, Evidence, ResultStatus, VerifyFailed, parse_evidence, result_status
 from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
-from .store.base import OperationState, Store, TraceEntry
+from .store.base import OperationState, Progress, Store, TraceEntry
 from .store.memory import MemoryStore
 
 __all__ = ["Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "create_runner", "parse_call"]
@@ -125,6 +126,11 @@ class Verdict:
     operation_id: str | None = None
     value: Any = field(default=_UNSET, repr=False)
     """The outcome's value when it is not the last verified result (``completed``: the result that proved done)."""
+
+    @property
+    def has_value(self) -> bool:
+        """True when the verdict carries its own value (see :attr:`value`)."""
+        return self.value is not _UNSET
 
 
 @dataclass(frozen=True)
@@ -266,6 +272,116 @@ class Guard:
         """``value`` as it may be stored: JSON-safe and redacted."""
         return redact(value, secrets=self.secrets)
 
+    def now(self) -> float:
+        """The time on the guard's clock (the one its deadline is measured on)."""
+        return float(self.clock())
+
+    # --- task-wide steps besides the call cycle -----------------------------------------------------------
+
+    def check_stop(self) -> Verdict | None:
+        """The stop mark, read without reserving anything (before a handoff, a pending job, a sub-agent).
+
+        >>> from agents_loopguard import Budget, MemoryStore
+        >>> store = MemoryStore()
+        >>> guard = Guard(budget=Budget(1, 1), store=store, task_id="t-stop")
+        >>> _ = store.request_stop("t-stop", "operator")
+        >>> guard.check_stop().reason
+        <Reason.STOP_REQUESTED: 'stop_requested'>
+        """
+        if (done := self._terminal()) is not None:
+            return done
+        snapshot = self.store.task(self.task_id)
+        if snapshot is None or snapshot.stop_reason is None:
+            return None
+        return Verdict(Status.STOPPED, Reason.STOP_REQUESTED, f"stop mark: {snapshot.stop_reason}")
+
+    def record_model_answer(self, result_class: str) -> None:
+        """Trace what a model attempt gave (``answered``, ``error:<status>``...), with the counters after it."""
+        entry = TraceEntry(
+            kind="model",
+            result_class=result_class,
+            revision=self.revision,
+            models=self.used.models,
+            tools=self.used.tools,
+            at=self.now(),
+        )
+        self.store.append_trace(self.task_id, entry)
+
+    def reserve_cost(self, amount: float) -> Verdict | None:
+        """Reserve the worst-case cost of the next model request before it is sent; a refusal is the verdict.
+
+        >>> from agents_loopguard import Budget
+        >>> guard = Guard(budget=Budget(5, 5, cost=0.01))
+        >>> guard.reserve_cost(0.004) is None, guard.reserve_cost(0.02).reason
+        (True, <Reason.COST_BUDGET: 'cost_budget'>)
+        """
+        grant = self.store.reserve_cost(self.task_id, amount)
+        self.used = grant.used
+        if grant.granted:
+            return None
+        detail = grant.detail or (
+            f"the next request's worst case ({amount:.6g}) would exceed the cost budget "
+            f"({self.budget.cost}; used {grant.used.cost:.6g})"
+        )
+        self._observe("turn.refused", reason=str(grant.reason or Reason.COST_BUDGET))
+        return Verdict(Status.STOPPED, grant.reason or Reason.COST_BUDGET, detail)
+
+    def settle_cost(self, reserved: float, actual: float) -> None:
+        """Replace a cost reservation by what the request really cost (0 for a request that was not billed)."""
+        self.used = self.store.settle_cost(self.task_id, reserved, actual)
+
+    def pause(
+        self, state: str, pending_calls: Sequence[Mapping[str, Any]], *, detail: str = "", result: Any = None
+    ) -> Outcome:
+        """End the task as ``needs_human/approval`` with a stored pause: the serialized run ``state`` and its
+        ``pending_calls`` with the task's limits and counters, in one store step (sticky like :meth:`end`;
+        ``result`` is the adapter's own result object, kept on the outcome).
+
+        The digest of the pause covers the task, the state and the calls (see
+        :func:`agents_loopguard.approvals.pause_digest`); a resume checks it before anything runs.
+
+        >>> from agents_loopguard import Budget, MemoryStore
+        >>> store = MemoryStore()
+        >>> guard = Guard(budget=Budget(4, 2), store=store, task_id="t-pause")
+        >>> outcome = guard.pause("{}", [{"call_id": "c1", "tool": "wipe", "arguments": "{}"}])
+        >>> outcome.status, store.pause(outcome.pause_id).status
+        (<Status.NEEDS_HUMAN: 'needs_human'>, 'pending')
+        """
+        if self.outcome is not None:
+            return self.outcome
+        calls = [dict(call) for call in pending_calls]
+        pause_id = f"pause-{uuid.uuid4().hex[:16]}"
+        self._refresh()
+        outcome = Outcome(
+            Status.NEEDS_HUMAN,
+            Reason.APPROVAL,
+            task_id=self.task_id,
+            revision=self.revision,
+            used=self.used,
+            detail=redact(detail, secrets=self.secrets),
+            pause_id=pause_id,
+            result=result,
+        )
+        self.store.save_pause(
+            self.task_id,
+            pause_id,
+            state,
+            calls,
+            digest=pause_digest(self.task_id, state, calls),
+            outcome=outcome.record().to_dict(),
+            now=self._now(),
+        )
+        self.outcome = outcome
+        self._observe("outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=None)
+        return outcome
+
+    def _refresh(self) -> None:
+        """Take the task's counters and revision from the store (other workers may have moved them)."""
+        snapshot = self.store.task(self.task_id)
+        if snapshot is not None:
+            self.used = snapshot.used
+            self.revision = max(self.revision, snapshot.revision)
+
     # --- the cycle ----------------------------------------------------------------------------------------
 
     def begin_turn(self, *, now: float | None = None) -> Verdict | None:
@@ -396,15 +512,35 @@ class Guard:
         detail = redact(f"{type(error).__name__}: {error}", secrets=self.secrets)
         return Verdict(status, reason, detail, call.operation_id if write else None)
 
-    def settle(self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any]) -> Verdict | None:
-        """Validate ``result`` and ``verify(proposal, result)``; record the ledger and progress; decide.
+    def settle(
+        self,
+        ticket: Ticket,
+        result: Any,
+        verify: Callable[[Any, Any], Any] | None = None,
+        *,
+        evidence: Any = _UNSET,
+    ) -> Verdict | None:
+        """Validate ``result`` and its evidence; record the ledger and progress; decide.
+
+        The evidence is either what ``verify(proposal, result)`` returns (the engine calls it only for a valid
+        result, as the article's runner does) or, for adapters that ran the application's check themselves
+        (possibly async), the value it returned passed as ``evidence=`` (a :class:`~agents_loopguard.evidence.
+        VerifyFailed` when it raised).
 
         Returns ``None`` to continue, or a :class:`Verdict`: invalid_result, invalid_evidence, unknown_commit,
         deadline, fatal, approval (needs_human), validated_done (completed), retry_after_commit, cursor_cycle,
-        no_progress. ``verify`` is the application's trusted check; if it raises or returns garbage, the evidence
-        is invalid (never an exception out of the guard).
+        no_progress. A verifier that raises or returns garbage is invalid evidence, never an exception out of the
+        guard.
+
+        >>> from agents_loopguard import Budget
+        >>> guard = Guard(budget=Budget(model_turns=2, tool_executions=2))
+        >>> ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": "x"}})
+        >>> guard.settle(ticket, {"status": "ok"}, evidence={"revision": 1, "done": True, "effect": "none"}).reason
+        <Reason.VALIDATED_DONE: 'validated_done'>
         """
-        verdict = self._settle(ticket, result, verify)
+        if (verify is None) == (evidence is _UNSET):
+            raise TypeError("settle() takes either verify= (a callable) or evidence= (what verify returned)")
+        verdict = self._settle(ticket, result, verify, evidence)
         if self.observer is not None:
             self._observe(
                 "call.settled",
@@ -415,95 +551,120 @@ class Guard:
             )
         return verdict
 
-    def _settle(self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any]) -> Verdict | None:
+    def _settle(
+        self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any
+    ) -> Verdict | None:
+        judged = self._judge(ticket, result, verify, evidence)
+        if isinstance(judged, Verdict):
+            return judged
+        status, proof = judged
+        at = self._now()
+        early = self._early_end(status, at)
+        progress = self._record(ticket, result, status, proof, early=early, at=at)
+        if early is not None:
+            return early
+        return self._decide(ticket, result, status, proof, progress)
+
+    def _judge(
+        self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any
+    ) -> tuple[ResultStatus, Evidence] | Verdict:
+        """Step 1: is the result valid, is the evidence valid, is a write's effect proven? (trace what is not)"""
         call = ticket.call
         write = call.kind == "write"
         lost = Status.NEEDS_RECONCILIATION if write else Status.STOPPED
         op_id = call.operation_id if write else None
         status = result_status(result)
         if status is None:
-            at = self._now()
-            self.store.append_trace(self.task_id, self._trace(call, "invalid_result", at=at, fp=ticket.fingerprint))
+            self._trace_only(ticket, "invalid_result")
             return Verdict(lost, Reason.INVALID_RESULT, "the executor returned no valid status", op_id)
-        try:
-            raw = verify(ticket.proposal, result)
-        except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
-            raw = None
-            problem: Evidence | str = f"verify raised {type(exc).__name__}"
-        else:
-            problem = parse_evidence(raw, status=status, current_revision=ticket.revision)
-        if isinstance(problem, str):
-            at = self._now()
-            self.store.append_trace(self.task_id, self._trace(call, "invalid_evidence", at=at, fp=ticket.fingerprint))
-            return Verdict(lost, Reason.INVALID_EVIDENCE, problem, op_id)
-        evidence = problem
+        if verify is not None:
+            try:
+                evidence = verify(ticket.proposal, result)
+            except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
+                evidence = VerifyFailed(exc)
+        proof = parse_evidence(evidence, status=status, current_revision=ticket.revision)
+        if isinstance(proof, str):
+            self._trace_only(ticket, "invalid_evidence")
+            return Verdict(lost, Reason.INVALID_EVIDENCE, proof, op_id)
         if write and (
-            evidence.effect not in (Effect.COMMITTED, Effect.NOT_COMMITTED)
-            or (ticket.replay and evidence.effect is not Effect.COMMITTED)
-            or (evidence.done and evidence.effect is not Effect.COMMITTED)
+            proof.effect not in (Effect.COMMITTED, Effect.NOT_COMMITTED)
+            or (ticket.replay and proof.effect is not Effect.COMMITTED)
+            or (proof.done and proof.effect is not Effect.COMMITTED)
         ):
-            at = self._now()
-            self.store.append_trace(
-                self.task_id,
-                self._trace(call, "unknown_effect", at=at, fp=ticket.fingerprint, state=str(OperationState.UNKNOWN)),
-            )
+            self._trace_only(ticket, "unknown_effect", state=str(OperationState.UNKNOWN))
             return Verdict(
                 Status.NEEDS_RECONCILIATION,
                 Reason.UNKNOWN_COMMIT,
-                f"the write's effect is {evidence.effect}: not proven committed or not committed",
+                f"the write's effect is {proof.effect}: not proven committed or not committed",
                 op_id,
             )
-        at = self._now()
-        early: Verdict | None = None
+        return status, proof
+
+    def _trace_only(self, ticket: Ticket, result_class: str, *, state: str | None = None) -> None:
+        entry = self._trace(ticket.call, result_class, at=self._now(), fp=ticket.fingerprint, state=state)
+        self.store.append_trace(self.task_id, entry)
+
+    def _early_end(self, status: ResultStatus, at: float) -> Verdict | None:
+        """The verdicts that end the task before the progress rules apply (its progress is not recorded)."""
         if self.budget.expired(at):
-            early = Verdict(Status.STOPPED, Reason.DEADLINE, "deadline passed during the execution")
-        elif status is ResultStatus.FATAL:
-            early = Verdict(Status.STOPPED, Reason.FATAL, "the executor reported a fatal result")
-        elif status is ResultStatus.NEEDS_HUMAN:
-            early = Verdict(Status.NEEDS_HUMAN, Reason.APPROVAL, "the executor asked for a human")
+            return Verdict(Status.STOPPED, Reason.DEADLINE, "deadline passed during the execution")
+        if status is ResultStatus.FATAL:
+            return Verdict(Status.STOPPED, Reason.FATAL, "the executor reported a fatal result")
+        if status is ResultStatus.NEEDS_HUMAN:
+            return Verdict(Status.NEEDS_HUMAN, Reason.APPROVAL, "the executor asked for a human")
+        return None
+
+    def _record(
+        self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, *, early: Verdict | None, at: float
+    ) -> Progress:
+        """Step 2: one store step records the trace, the write's ledger state and the progress."""
+        call = ticket.call
+        write = call.kind == "write"
+        op_id = call.operation_id if write else None
         page = call.kind == "page" and early is None
-        seen = ([f"cursor:{evidence.cursor}"] if page and evidence.cursor is not None else []) + (
-            [f"record:{r}" for r in evidence.records] if page else []
+        seen = ([f"cursor:{proof.cursor}"] if page and proof.cursor is not None else []) + (
+            [f"record:{r}" for r in proof.records] if page else []
         )
-        operation = (op_id, OperationState(evidence.effect.value), self.storable(result)) if write and op_id else None
+        operation = (op_id, OperationState(proof.effect.value), self.storable(result)) if write and op_id else None
         result_class = "cached" if ticket.replay else str(status)
         progress = self.store.record_execution(
             self.task_id,
-            self._trace(
-                call, result_class, at=at, fp=ticket.fingerprint, state=str(evidence.effect) if write else None
-            ),
-            revision=None if early else evidence.revision,
-            pending=evidence.pending and call.kind == "poll",
+            self._trace(call, result_class, at=at, fp=ticket.fingerprint, state=str(proof.effect) if write else None),
+            revision=None if early else proof.revision,
+            pending=proof.pending and call.kind == "poll",
             operation=operation,
             seen=seen,
         )
         self.used = progress.used
-        if early is not None:
-            return early
+        return progress
+
+    def _decide(
+        self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, progress: Progress
+    ) -> Verdict | None:
+        """Step 3: the progress rules on what was recorded: done, a retry after a commit, a cycle, a stall."""
+        call = ticket.call
+        write = call.kind == "write"
         if status is ResultStatus.OK:
             self.last_good = result
         self.revision = max(self.revision, progress.revision)
-        if evidence.done:
+        if proof.done:
             return Verdict(
                 Status.COMPLETED, Reason.VALIDATED_DONE, "the application validated the task as done", value=result
             )
-        if status is ResultStatus.RETRYABLE and write and evidence.effect is not Effect.NOT_COMMITTED:
+        if status is ResultStatus.RETRYABLE and write and proof.effect is not Effect.NOT_COMMITTED:
             return Verdict(
                 Status.NEEDS_RECONCILIATION,
                 Reason.RETRY_AFTER_COMMIT,
                 "a retryable failure of a write that committed: do not send it again",
-                op_id,
+                call.operation_id,
             )
-        if status is ResultStatus.RETRYABLE and evidence.effect in (Effect.NONE, Effect.NOT_COMMITTED):
+        if status is ResultStatus.RETRYABLE and proof.effect in (Effect.NONE, Effect.NOT_COMMITTED):
             key = f"{ticket.fingerprint}@{self.revision}"  # a transient failure without effect: see retry_of
             self._transient[key] = self._transient.get(key, 0) + 1
-        if page:
-            cursor_seen = bool(evidence.cursor is not None and progress.seen_before and progress.seen_before[0])
-            record_flags = progress.seen_before[1:] if evidence.cursor is not None else progress.seen_before
-            if cursor_seen:
-                return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, f"cursor {evidence.cursor!r} was seen before")
-            if record_flags and all(record_flags):
-                return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, "every record on this page was seen before")
+        if call.kind == "page":
+            cycle = _page_cycle(proof, progress)
+            if cycle is not None:
+                return cycle
         if progress.stalled >= self.policy.max_stalled:
             return Verdict(
                 Status.STOPPED,
@@ -523,10 +684,7 @@ class Guard:
         """Make ``verdict`` the terminal outcome (sticky: once ended, every call returns the first outcome)."""
         if self.outcome is not None:
             return self.outcome
-        snapshot = self.store.task(self.task_id)
-        if snapshot is not None:
-            self.used = snapshot.used
-            self.revision = max(self.revision, snapshot.revision)
+        self._refresh()
         outcome = Outcome(
             status=verdict.status,
             reason=verdict.reason,
@@ -562,6 +720,17 @@ class Guard:
     def finish(self, status: Status, reason: Reason, detail: str = "", **kwargs: Any) -> Outcome:
         """Shortcut for ``end(Verdict(status, reason, detail), ...)``."""
         return self.end(Verdict(status, reason, detail), **kwargs)
+
+
+def _page_cycle(proof: Evidence, progress: Progress) -> Verdict | None:
+    """A page whose cursor, or every record, was seen before is a cycle (R9)."""
+    cursor_seen = bool(proof.cursor is not None and progress.seen_before and progress.seen_before[0])
+    record_flags = progress.seen_before[1:] if proof.cursor is not None else progress.seen_before
+    if cursor_seen:
+        return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, f"cursor {proof.cursor!r} was seen before")
+    if record_flags and all(record_flags):
+        return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, "every record on this page was seen before")
+    return None
 
 
 def create_runner(

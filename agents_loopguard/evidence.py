@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-__all__ = ["Effect", "Evidence", "ResultStatus", "parse_evidence", "result_status"]
+__all__ = ["Effect", "Evidence", "ResultStatus", "VerifyFailed", "parse_evidence", "result_status"]
 
 _MAX_SAFE_INT = 2**53 - 1
 
@@ -66,6 +66,17 @@ class Evidence:
     """For pages: the next cursor. A cursor seen before is a cycle."""
     records: tuple[str, ...] = ()
     """For pages: ids of the records on this page. A page whose records were all seen before is a cycle."""
+
+
+@dataclass(frozen=True)
+class VerifyFailed:
+    """What stands for the evidence when the application's ``verify`` raised: invalid evidence, never a crash.
+
+    >>> parse_evidence(VerifyFailed(KeyError("order")), status=ResultStatus.OK, current_revision=0)
+    'verify raised KeyError'
+    """
+
+    error: BaseException
 
 
 def _getter(raw: Any) -> Any:
@@ -125,6 +136,8 @@ def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> 
     >>> parse_evidence({"revision": 0, "done": False, "effect": "none"}, status=ResultStatus.OK, current_revision=1)
     'revision 0 goes back from 1'
     """
+    if isinstance(raw, VerifyFailed):
+        return f"verify raised {type(raw.error).__name__}"
     if isinstance(raw, Evidence):
         raw_revision, done, effect_raw = raw.revision, raw.done, raw.effect
     else:
