@@ -14,7 +14,7 @@ from typing import Any
 
 from .canonical import canonical_json
 from .errors import InputError, NotFoundError, StateError
-from .store.base import PauseRecord, Store
+from .store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord
 
 __all__ = [
     "APPROVE",
@@ -22,9 +22,14 @@ __all__ = [
     "DecisionError",
     "PauseNotFound",
     "PauseTampered",
+    "ResumeError",
+    "UnknownPause",
     "check_decisions",
     "check_pause",
+    "claim_for_resume",
     "decide",
+    "decisions_for",
+    "load_for_resume",
     "pause_digest",
 ]
 
@@ -38,6 +43,14 @@ class DecisionError(InputError):
 
 class PauseNotFound(DecisionError, NotFoundError):
     """No pause with that id in this store."""
+
+
+class ResumeError(InputError):
+    """A pause that cannot be resumed as asked (the message says why and what to do); nothing was run."""
+
+
+class UnknownPause(ResumeError, NotFoundError):
+    """No pause with that id in the store given; nothing was run."""
 
 
 class PauseTampered(StateError):
@@ -137,3 +150,80 @@ def decide(
         decisions[call_id] = REJECT
     checked = check_decisions(record, decisions)
     return store.decide_pause(pause_id, who=who, decisions=checked, why=why, now=time.time() if now is None else now)
+
+
+# --- resuming a pause, framework-free: the checks before anything runs, and the one claim that wins -------------
+
+
+def load_for_resume(store: Store, pause_id: str, *, task_id: str | None = None) -> PauseRecord:
+    """The pause to resume, checked: it exists, belongs to ``task_id`` (when given), matches its digest, and was
+    not resumed yet. Raises :class:`UnknownPause`, :class:`ResumeError`, :class:`PauseTampered`,
+    :class:`~agents_loopguard.store.base.PauseAlreadyResumed`; nothing is claimed or run.
+
+    >>> from agents_loopguard import MemoryStore
+    >>> try:
+    ...     load_for_resume(MemoryStore(), "pause-nope")
+    ... except UnknownPause as error:
+    ...     print(str(error).split(":")[0])
+    unknown pause 'pause-nope' in this store
+    """
+    record = store.pause(pause_id)
+    if record is None:
+        raise UnknownPause(f"unknown pause {pause_id!r} in this store: check the id (`loopguard show TASK` lists them)")
+    if task_id is not None and record.task_id != task_id:
+        raise ResumeError(
+            f"pause {pause_id!r} belongs to task {record.task_id!r}, not {task_id!r}: a decision only touches "
+            "its own task's pause; nothing was run"
+        )
+    check_pause(record)
+    if record.status == "resumed":
+        raise PauseAlreadyResumed(
+            f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once "
+            f"(the task continues in that run; `loopguard show {record.task_id}` shows it)"
+        )
+    return record
+
+
+def decisions_for(record: PauseRecord, decisions: Mapping[str, str] | None) -> dict[str, str]:
+    """The decisions a resume applies: ``decisions`` as given (checked against the pause, and equal to any the
+    operator recorded), or, with ``None``, the recorded ones (an undecided pause is refused)."""
+    if decisions is None:
+        if record.status != "decided":
+            raise DecisionError(
+                f"pause {record.pause_id!r} has no recorded decisions: an operator approves it with "
+                f"`loopguard approve {record.pause_id} --who NAME` (or approvals.decide), or pass decisions=; "
+                "nothing was run"
+            )
+        return check_decisions(record, record.decisions)
+    checked = check_decisions(record, decisions)
+    if record.status == "decided" and record.decisions != checked:
+        raise DecisionError(
+            f"pause {record.pause_id!r} was already decided by {record.decided_by!r} ({record.decisions}); "
+            f"decisions={checked} contradict them: resume with decisions=None to apply the recorded ones"
+        )
+    return checked
+
+
+def claim_for_resume(
+    store: Store, record: PauseRecord, decisions: dict[str, str], *, who: str, why: str, given: bool
+) -> tuple[PauseRecord, TransitionRecord]:
+    """Record the decisions (if the caller brought them) and claim the pause: the database serializes both, so the
+    decisions applied are always the ones stored, and one claimer wins. A pause that changed between the checks
+    of :func:`load_for_resume` and the claim is refused (:class:`PauseTampered`; it stays claimed, nothing runs)."""
+    at = time.time()
+    if given and record.status == "pending":
+        try:
+            store.decide_pause(record.pause_id, who=who, decisions=decisions, why=why, now=at)
+        except PauseAlreadyResumed:  # someone decided or resumed it since we read it
+            current = store.pause(record.pause_id)
+            if current is None or current.status == "resumed":
+                raise
+            decisions_for(current, decisions)  # decided meanwhile: only the very same decisions may go on
+    claimed, transition = store.claim_pause(record.pause_id, who=who, decisions=None, why=why, now=at)
+    checked = (record.task_id, record.state, record.pending_calls, record.digest)
+    if (claimed.task_id, claimed.state, claimed.pending_calls, claimed.digest) != checked:
+        raise PauseTampered(
+            f"pause {record.pause_id!r} changed while it was being resumed: refused and nothing was run, but the "
+            f"pause is claimed: investigate before reopening task {claimed.task_id!r}"
+        )
+    return claimed, transition

@@ -48,7 +48,12 @@ def test_demo_then_find_inspect_export_and_reconcile_the_task(sql_url: str) -> N
     detail = as_json("show", pay, url=sql_url)
     (operation,) = detail["operations"]
     assert operation["state"] == "unknown"
-    assert [e["kind"] for e in detail["timeline"]] == ["model", "tool"]
+    # the model turn reserved, its answer (both adapters trace every attempt's result), then the lost payment
+    assert [(e["kind"], e["result_class"]) for e in detail["timeline"]][:2] == [
+        ("model", "reserved"),
+        ("model", "answered"),
+    ]
+    assert [e["kind"] for e in detail["timeline"]] == ["model", "model", "tool"]
 
     record = RecoveryRecord.from_json(loopguard("record", pay, url=sql_url).stdout)
     assert (record.status, record.reason) == (Status.NEEDS_RECONCILIATION, Reason.EXECUTOR_EXCEPTION)

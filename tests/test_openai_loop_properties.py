@@ -139,9 +139,10 @@ def test_any_script_ends_in_one_outcome_with_counters_that_hold(
     for request in requests[1:]:
         ids = proposed_ids(api, request.body)
         assert sorted(Counter(ids)) == sorted(tool_outputs(api, request.body)) == sorted(set(ids))
-    # R12: once done is validated or no execution is left, the request no longer lets the model call a tool.
-    for done, executions, choice in seen:
-        if done or executions >= tool_executions:
+    # R12: once done is validated, no execution is left, or this is the budget's last model turn (no later turn
+    # could read a tool's result), the request no longer lets the model call a tool.
+    for turn, (done, executions, choice) in enumerate(seen, start=1):
+        if done or executions >= tool_executions or turn >= model_turns:
             assert choice == "none"
         else:
             assert choice == tool_choice

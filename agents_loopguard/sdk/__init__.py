@@ -17,10 +17,13 @@
   the task's budget (by default) and resumed once, in any process, with the counters continuing.
 """
 
-from ._internal import OnRefusal, ToolSpec, current_guard
+from ..approvals import ResumeError
+from ..run import OnRefusal, ToolSpec
+from ._internal import current_guard
 from .hooks import GuardHooks
 from .model import GuardedModel, GuardedModelProvider
-from .pauses import ResumeError, pending_calls, persist_pause, resume_guarded, resume_guarded_sync
+from .pauses import pending_calls, persist_pause
+from .resume import resume_guarded, resume_guarded_sync
 from .run import GuardedStream, GuardStopped, run_guarded, run_guarded_streamed, run_guarded_sync
 from .tools import guard_tool, guarded_tool, tool_spec
 

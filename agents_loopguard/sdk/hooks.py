@@ -9,6 +9,8 @@ end the run (the SDK offers no way to skip one tool from a hook). The applicatio
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Generator
 from typing import Any
 
 from agents.agent import Agent
@@ -17,12 +19,13 @@ from agents.lifecycle import RunHooks
 from agents.run_context import AgentHookContext, RunContextWrapper
 from agents.tool import Tool
 
-from ..core import Call, Ticket, Verdict
-from ..evidence import Effect, Evidence
-from ._internal import GuardedRun, Halt, parse_arguments
+from ..run import Answer, Executed, GuardedRun, ToolSpec
+from ._internal import Halt
 from .tools import is_guarded
 
 __all__ = ["GuardHooks"]
+
+_UNDECLARED = ToolSpec(kind="read", declared=False)
 
 
 class GuardHooks(RunHooks[Any]):
@@ -31,7 +34,7 @@ class GuardHooks(RunHooks[Any]):
     def __init__(self, run: GuardedRun, inner: RunHooks[Any] | None = None) -> None:
         self._run = run
         self._inner = inner
-        self._unwrapped: dict[Any, Ticket] = {}
+        self._unwrapped: dict[Any, Generator[Any, Answer, Executed]] = {}
 
     async def on_agent_start(self, context: AgentHookContext[Any], agent: Any) -> None:
         if self._inner is not None:
@@ -56,7 +59,9 @@ class GuardHooks(RunHooks[Any]):
             await self._inner.on_llm_end(context, agent, response)
 
     async def on_handoff(self, context: RunContextWrapper[Any], from_agent: Any, to_agent: Any) -> None:
-        self._run.check_stop_mark()
+        stopped = self._run.checkpoint()
+        if stopped is not None:
+            raise Halt(stopped)
         if self._inner is not None:
             await self._inner.on_handoff(context, from_agent, to_agent)
 
@@ -67,29 +72,35 @@ class GuardHooks(RunHooks[Any]):
             await self._inner.on_tool_start(context, agent, tool)
 
     async def on_tool_end(self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object) -> None:
-        ticket = self._unwrapped.pop(_key(context, tool), None)
-        if ticket is not None:
-            evidence = Evidence(revision=ticket.revision, done=False, effect=Effect.NONE)
-            verdict = self._run.guard.settle(ticket, {"status": "ok", "output": result}, lambda _p, _r: evidence)
-            if verdict is not None:
-                self._run.stop(verdict)
+        steps = self._unwrapped.pop(_key(context, tool), None)
+        if steps is not None:
+            with contextlib.suppress(StopIteration):  # the execution settles: bounded by the progress rules
+                steps.send(Answer(result))
         if self._inner is not None:
             await self._inner.on_tool_end(context, agent, tool, result)
 
     def _reserve_unwrapped(self, context: RunContextWrapper[Any], tool: Tool) -> None:
+        """A tool nobody wrapped (MCP, shell, computer...) is proposed and reserved as a read before it runs; the
+        SDK offers no way to skip one tool from a hook, so a refusal ends the run."""
         run = self._run
-        if run.verdict is not None:
-            raise Halt(run.verdict)
         name = getattr(tool, "name", type(tool).__name__)
-        raw = getattr(context, "tool_arguments", None)
-        args, problem = parse_arguments(name, raw)
-        if args is None:
-            raise Halt(run.stop(run.invalid_arguments(name, raw, problem)))
-        ticket = run.guard.authorize(Call(name, args, "read", None, getattr(context, "tool_call_id", None)))
-        if isinstance(ticket, Verdict):
-            raise Halt(run.stop(ticket))
-        self._unwrapped[_key(context, tool)] = ticket
+        call = run.propose(_UNDECLARED, name, getattr(context, "tool_arguments", None), _call_id(context))
+        if isinstance(call, Executed):
+            assert call.verdict is not None, "a proposal that is not a call carries its verdict"
+            raise Halt(run.stop(call.verdict))
+        steps = run.execute(_UNDECLARED, call)
+        try:
+            next(steps)  # authorized and reserved: the tool may run now
+        except StopIteration as refused:
+            executed: Executed = refused.value
+            assert executed.verdict is not None, "an execution that ends before running carries its verdict"
+            raise Halt(run.stop(executed.verdict)) from None
+        self._unwrapped[_key(context, tool)] = steps
+
+
+def _call_id(context: RunContextWrapper[Any]) -> str | None:
+    return getattr(context, "tool_call_id", None)
 
 
 def _key(context: RunContextWrapper[Any], tool: Tool) -> Any:
-    return getattr(context, "tool_call_id", None) or (getattr(tool, "name", ""), id(context))
+    return _call_id(context) or (getattr(tool, "name", ""), id(context))

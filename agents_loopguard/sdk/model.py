@@ -7,6 +7,7 @@ streamed and non-streamed runs alike, which is why ``tool_choice`` is replaced h
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from collections.abc import AsyncIterator
@@ -20,7 +21,10 @@ from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest, ModelRetryNormalizedError
 from agents.tool import Tool
 
-from ._internal import GuardedRun, Halt
+from ..core import Verdict
+from ..model_errors import ModelFailure, classify_model_error
+from ..run import GuardedRun, ModelAttempt
+from ._internal import Halt
 
 if TYPE_CHECKING:
     from openai.types.responses.response_prompt_param import ResponsePromptParam
@@ -48,6 +52,22 @@ def _warn_client_retries(model: Model) -> None:
         type(model).__name__,
         retries,
     )
+
+
+def _failure(error: BaseException) -> ModelFailure:
+    """An openai client error as classified for every adapter; anything else traced under its class name."""
+    failure = classify_model_error(error)
+    if failure is None:
+        name = type(error).__name__
+        failure = ModelFailure("fatal", False, None, True, name, f"{name}: {error}")
+    return failure
+
+
+def _usage(response: Any) -> tuple[int, int] | None:
+    usage = getattr(response, "usage", None)
+    if usage is None or not getattr(usage, "requests", 1):
+        return None
+    return int(getattr(usage, "input_tokens", 0) or 0), int(getattr(usage, "output_tokens", 0) or 0)
 
 
 class GuardedModel(Model):
@@ -87,19 +107,25 @@ class GuardedModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
-        settings = self._run.before_model_attempt(model_settings)
-        return await self._inner.get_response(
-            system_instructions,
-            input,
-            settings,
-            tools,
-            output_schema,
-            handoffs,
-            tracing,
-            previous_response_id=previous_response_id,
-            conversation_id=conversation_id,
-            prompt=prompt,
-        )
+        attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
+        try:
+            response = await self._inner.get_response(
+                system_instructions,
+                input,
+                settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+        except Exception as exc:
+            self._run.end_model_attempt(attempt, failure=_failure(exc))
+            raise
+        self._run.end_model_attempt(attempt, usage=_usage(response))
+        return response
 
     async def stream_response(
         self,
@@ -115,20 +141,36 @@ class GuardedModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        settings = self._run.before_model_attempt(model_settings)
-        async for event in self._inner.stream_response(
-            system_instructions,
-            input,
-            settings,
-            tools,
-            output_schema,
-            handoffs,
-            tracing,
-            previous_response_id=previous_response_id,
-            conversation_id=conversation_id,
-            prompt=prompt,
-        ):
-            yield event
+        attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
+        usage: tuple[int, int] | None = None
+        try:
+            async for event in self._inner.stream_response(
+                system_instructions,
+                input,
+                settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            ):
+                usage = _usage(getattr(event, "response", None)) or usage
+                yield event
+        except Exception as exc:
+            self._run.end_model_attempt(attempt, failure=_failure(exc))
+            raise
+        self._run.end_model_attempt(attempt, usage=usage)
+
+    def _begin(self, settings: ModelSettings, *, offers_tools: bool) -> tuple[ModelAttempt, ModelSettings]:
+        """Reserve the attempt (a refusal ends the run, never retried) and take the guard's ``tool_choice``."""
+        attempt = self._run.begin_model_attempt(settings.tool_choice, offers_tools=offers_tools)
+        if isinstance(attempt, Verdict):
+            raise Halt(attempt)
+        if attempt.tool_choice != settings.tool_choice:
+            settings = dataclasses.replace(settings, tool_choice=attempt.tool_choice)
+        return attempt, settings
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """The inner model's advice, except for a guard refusal: that is an abort, which no retry policy overrides."""

@@ -1,4 +1,4 @@
-"""Approval pauses of Agents SDK runs: persist the pause with the task's budget, resume it once, in any process.
+"""Approval pauses of Agents SDK runs: persist the pause with the task's budget (resumed by :mod:`.resume`).
 
 When a guarded run stops because a tool call needs approval, :func:`persist_pause` stores, in one transaction of the
 task's store, the SDK's ``RunState`` (its JSON, which holds the conversation so far), the task's limits and counters,
@@ -28,34 +28,19 @@ Refusals are exceptions, raised before anything runs and before the pause is cla
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from agents import Agent, FunctionTool, RunState
+from agents import FunctionTool
 from agents.items import ToolApprovalItem
 from agents.result import RunResult, RunResultBase, RunResultStreaming
 
-from ..approvals import APPROVE, DecisionError, PauseTampered, check_decisions, check_pause, pause_digest
-from ..budget import Policy
+from ..approvals import ResumeError
 from ..canonical import CanonicalError, canonical_json, redact
 from ..core import Guard
-from ..errors import InputError, NotFoundError
-from ..outcome import Outcome, Reason, Status
-from ..store.base import PauseAlreadyResumed, PauseRecord, Store
-from .run import run_guarded, run_sync
 from .tools import tool_spec
 
-__all__ = ["ResumeError", "pending_calls", "persist_pause", "resume_guarded", "resume_guarded_sync"]
-
-
-class ResumeError(InputError):
-    """A pause that cannot be resumed as asked (the message says why and what to do); nothing was run."""
-
-
-class UnknownPause(ResumeError, NotFoundError):
-    """No pause with that id in the store given; nothing was run."""
+__all__ = ["pending_calls", "persist_pause", "waiting_detail"]
 
 
 # --- persisting a pause -----------------------------------------------------------------------------------
@@ -127,7 +112,7 @@ def pending_calls(result: RunResultBase, *, secrets: Iterable[str] = ()) -> list
     return [_pending_call(item, secrets) for item in items]
 
 
-def _waiting_detail(result: RunResultBase) -> str:
+def waiting_detail(result: RunResultBase) -> str:
     waiting = list(getattr(result, "interruptions", None) or ())
     names = ", ".join(sorted({getattr(item, "name", None) or "tool" for item in waiting}))
     return f"{len(waiting)} call(s) wait for approval: {names}"
@@ -141,10 +126,10 @@ def persist_pause(
 ) -> str:
     """Store an approval interruption as a pause of the guard's task, in one transaction; return the pause id.
 
-    Stored together (``Store.save_pause``): the SDK's ``RunState`` JSON as text (it holds the conversation so far,
-    the tool calls and their arguments: treat the store as holding the conversation), the task's limits and
-    counters at that moment, the pending calls (see :func:`pending_calls`), their digest, the pause's status
-    (``pending``), and the task's terminal outcome ``needs_human/approval`` carrying the pause id.
+    Stored together (:meth:`agents_loopguard.Guard.pause`): the SDK's ``RunState`` JSON as text (it holds the
+    conversation so far, the tool calls and their arguments: treat the store as holding the conversation), the
+    task's limits and counters at that moment, the pending calls (see :func:`pending_calls`), their digest, the
+    pause's status (``pending``), and the task's terminal outcome ``needs_human/approval`` with the pause id.
 
     The guarded entry points call it by default on every approval interruption; pass ``on_pause=`` to replace it
     (for a context object that is not a dict, ``functools.partial(persist_pause, context_serializer=...)``).
@@ -177,211 +162,6 @@ def persist_pause(
             f"task {guard.task_id!r}: the run state of the approval pause cannot be serialized "
             f"({type(exc).__name__}: {exc}); use a dict context or persist_pause(..., context_serializer=...)"
         ) from exc
-    pause_id = f"pause-{uuid.uuid4().hex[:16]}"
-    snapshot = guard.store.task(guard.task_id)
-    used = snapshot.used if snapshot is not None else guard.used
-    revision = max(guard.revision, snapshot.revision if snapshot is not None else 0)
-    outcome = Outcome(
-        Status.NEEDS_HUMAN,
-        Reason.APPROVAL,
-        task_id=guard.task_id,
-        revision=revision,
-        used=used,
-        detail=redact(_waiting_detail(result), secrets=guard.secrets),
-        pause_id=pause_id,
-    )
-    guard.store.save_pause(
-        guard.task_id,
-        pause_id,
-        state,
-        calls,
-        digest=pause_digest(guard.task_id, state, calls),
-        outcome=outcome.record().to_dict(),
-        now=guard._now(),
-    )
-    return pause_id
-
-
-# --- resuming a pause -------------------------------------------------------------------------------------
-
-
-def _load(store: Store, pause_id: str, task_id: str | None) -> PauseRecord:
-    record = store.pause(pause_id)
-    if record is None:
-        raise UnknownPause(f"unknown pause {pause_id!r} in this store: check the id (`loopguard show TASK` lists them)")
-    if task_id is not None and record.task_id != task_id:
-        raise ResumeError(
-            f"pause {pause_id!r} belongs to task {record.task_id!r}, not {task_id!r}: a decision only touches "
-            "its own task's pause; nothing was run"
-        )
-    check_pause(record)
-    if record.status == "resumed":
-        raise PauseAlreadyResumed(
-            f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once "
-            f"(the task continues in that run; `loopguard show {record.task_id}` shows it)"
-        )
-    return record
-
-
-def _decisions_for(record: PauseRecord, decisions: Mapping[str, str] | None) -> dict[str, str]:
-    if decisions is None:
-        if record.status != "decided":
-            raise DecisionError(
-                f"pause {record.pause_id!r} has no recorded decisions: an operator approves it with "
-                f"`loopguard approve {record.pause_id} --who NAME` (or approvals.decide), or pass decisions=; "
-                "nothing was run"
-            )
-        return check_decisions(record, record.decisions)
-    checked = check_decisions(record, decisions)
-    if record.status == "decided" and record.decisions != checked:
-        raise DecisionError(
-            f"pause {record.pause_id!r} was already decided by {record.decided_by!r} ({record.decisions}); "
-            f"decisions={checked} contradict them: resume with decisions=None to apply the recorded ones"
-        )
-    return checked
-
-
-async def _restore(
-    agent: Agent[Any], record: PauseRecord, *, context_deserializer: Any, context_override: Any
-) -> RunState[Any]:
-    try:
-        state: RunState[Any] = await RunState.from_string(
-            agent, record.state, context_deserializer=context_deserializer, context_override=context_override
-        )
-    except Exception as exc:
-        raise ResumeError(
-            f"pause {record.pause_id!r}: its run state cannot be restored against agent {agent.name!r} "
-            f"({type(exc).__name__}: {exc}); resume with the agent graph that paused (agents match by name); "
-            "nothing was run"
-        ) from exc
-    waiting = sorted(str(item.call_id) for item in state.get_interruptions())
-    stored = sorted(str(call.get("call_id")) for call in record.pending_calls)
-    if waiting != stored:
-        raise ResumeError(
-            f"pause {record.pause_id!r}: the run state waits for calls {waiting}, the pause for {stored}; "
-            "nothing was run"
-        )
-    return state
-
-
-def _claim(store: Store, record: PauseRecord, decisions: dict[str, str], *, who: str, why: str, given: bool) -> Any:
-    """Record the decisions (if the caller brought them) and claim the pause: the database serializes both, so
-    the decisions applied are always the ones stored, and one claimer wins."""
-    at = time.time()
-    if given and record.status == "pending":
-        try:
-            store.decide_pause(record.pause_id, who=who, decisions=decisions, why=why, now=at)
-        except PauseAlreadyResumed:  # someone decided or resumed it since we read it
-            current = store.pause(record.pause_id)
-            if current is None or current.status == "resumed":
-                raise
-            _decisions_for(current, decisions)  # decided meanwhile: only the very same decisions may go on
-    return store.claim_pause(record.pause_id, who=who, decisions=None, why=why, now=at)
-
-
-async def resume_guarded(
-    agent: Agent[Any],
-    pause_id: str,
-    *,
-    store: Store,
-    who: str,
-    decisions: Mapping[str, str] | None = None,
-    why: str = "",
-    task_id: str | None = None,
-    rejection_message: str | None = None,
-    context_deserializer: Callable[[Mapping[str, Any]], Any] | None = None,
-    context_override: Any = None,
-    policy: Policy | None = None,
-    secrets: Iterable[str] = (),
-    **run_options: Any,
-) -> Outcome:
-    """Resume a stored approval pause under the same task: same global budget, counters continuing.
-
-    Args:
-        agent: the application's agent (the same graph that paused; agents are matched by name).
-        pause_id: the pause to resume (``Outcome.pause_id``).
-        store: the task's store (the one the pause was saved in).
-        who: who resumes (recorded in the ``resume`` transition with the time and the decisions applied).
-        decisions: ``{call_id: "approve" | "reject"}`` for every pending call of this pause and nothing else;
-            ``None`` applies the decisions an operator recorded (``loopguard approve``, ``approvals.decide``).
-        why: recorded with the transition.
-        task_id: optional: the task the caller means; a pause of another task is refused.
-        rejection_message: what the model reads for a rejected call (the SDK's default otherwise).
-        context_deserializer, context_override: as for ``RunState.from_string`` (a context that is not a dict).
-        policy, secrets: the task's :class:`~agents_loopguard.Policy` and secrets, as the application runs it.
-        **run_options: passed to :func:`~agents_loopguard.sdk.run_guarded` (``verify_output``, ``on_refusal``,
-            ``on_pause``, ``hooks``, ``run_config``, ``context``...).
-
-    Raises (before the pause is claimed and before anything runs): :class:`ResumeError`,
-    :class:`~agents_loopguard.approvals.PauseTampered`, :class:`~agents_loopguard.approvals.DecisionError`, and
-    :class:`~agents_loopguard.PauseAlreadyResumed` when another process resumed it (or won the race to).
-
-    >>> import asyncio
-    >>> from agents import Agent, function_tool, set_tracing_disabled
-    >>> from agents.testing import ScriptedModel, assistant_message, function_call
-    >>> from agents_loopguard import Budget, MemoryStore
-    >>> from agents_loopguard.approvals import decide
-    >>> from agents_loopguard.sdk import run_guarded
-    >>> set_tracing_disabled(True)
-    >>> @function_tool(needs_approval=True)
-    ... def wipe(disk: str) -> str:
-    ...     '''Wipe a disk.'''
-    ...     return "wiped"
-    >>> def ops_agent(*steps):
-    ...     return Agent(name="ops", model=ScriptedModel(list(steps)), tools=[wipe])
-    >>> store = MemoryStore()
-    >>> paused = asyncio.run(run_guarded(ops_agent([function_call("wipe", {"disk": "d1"}, call_id="c1")]),
-    ...     "wipe d1", budget=Budget(model_turns=4, tool_executions=2), store=store, task_id="ops-1"))
-    >>> _ = decide(store, paused.pause_id, who="ana", approve_all=True)
-    >>> resumed = asyncio.run(resume_guarded(ops_agent([assistant_message("done")]), paused.pause_id,
-    ...                                      store=store, who="worker-2"))
-    >>> paused.used.models, resumed.used.models, resumed.used.tools, store.transitions("ops-1")[0].decisions
-    (1, 2, 1, {'c1': 'approve'})
-    """
-    if not who:
-        raise DecisionError("a resume is recorded with who resumes: pass who=")
-    for key in ("guard", "budget"):
-        if key in run_options:
-            raise TypeError(f"resume_guarded() got {key}=: a resume continues the pause's own task and budget")
-    record = _load(store, pause_id, task_id)
-    chosen = _decisions_for(record, decisions)
-    state = await _restore(agent, record, context_deserializer=context_deserializer, context_override=context_override)
-    claimed, transition = _claim(store, record, chosen, who=who, why=why, given=decisions is not None)
-    checked = (record.task_id, record.state, record.pending_calls, record.digest)
-    if (claimed.task_id, claimed.state, claimed.pending_calls, claimed.digest) != checked:
-        # changed between our checks and the claim: refuse what we did not check
-        raise PauseTampered(
-            f"pause {pause_id!r} changed while it was being resumed: refused and nothing was run, but the pause is "
-            f"claimed: investigate before reopening task {claimed.task_id!r}"
-        )
-    applied: Mapping[str, str] = transition.decisions
-    for item in state.get_interruptions():
-        if applied[str(item.call_id)] == APPROVE:
-            state.approve(item)
-        else:
-            state.reject(item, rejection_message=rejection_message)
-    guard = Guard(budget=claimed.budget, store=store, task_id=claimed.task_id, policy=policy, secrets=secrets)
-    run_options.setdefault("on_pause", persist_pause)
-    return await run_guarded(agent, state, guard=guard, **run_options)
-
-
-def resume_guarded_sync(agent: Agent[Any], pause_id: str, **kwargs: Any) -> Outcome:
-    """:func:`resume_guarded` for synchronous code (same arguments). Not callable while an event loop is running.
-
-    >>> from agents import Agent, function_tool, set_tracing_disabled
-    >>> from agents.testing import ScriptedModel, assistant_message, function_call
-    >>> from agents_loopguard import Budget, MemoryStore
-    >>> from agents_loopguard.sdk import run_guarded_sync
-    >>> set_tracing_disabled(True)
-    >>> @function_tool(needs_approval=True)
-    ... def wipe(disk: str) -> str:
-    ...     '''Wipe a disk.'''
-    ...     return "wiped"
-    >>> store = MemoryStore()
-    >>> model = ScriptedModel([[function_call("wipe", {"disk": "d1"}, call_id="c1")], [assistant_message("ok")]])
-    >>> agent = Agent(name="ops", model=model, tools=[wipe])
-    >>> paused = run_guarded_sync(agent, "wipe d1", budget=Budget(4, 2), store=store, task_id="ops-2")
-    >>> resume_guarded_sync(agent, paused.pause_id, store=store, who="ana", decisions={"c1": "reject"}).used
-    Usage(models=2, tools=0, cost=0.0)
-    """
-    return run_sync(lambda: resume_guarded(agent, pause_id, **kwargs), name="resume_guarded")
+    outcome = guard.pause(state, calls, detail=waiting_detail(result), result=result)
+    assert outcome.pause_id is not None, "a stored pause has an id"
+    return outcome.pause_id

@@ -38,7 +38,6 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
-import openai
 from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, RunState
 from agents.exceptions import (
     AgentsException,
@@ -58,14 +57,17 @@ from agents.models.interface import Model, ModelProvider
 from agents.result import RunResult, RunResultBase, RunResultStreaming
 from agents.stream_events import StreamEvent
 
+from .. import run as guarded
 from ..budget import Budget, Policy
 from ..core import Guard, Verdict
-from ..evidence import ResultStatus, parse_evidence
+from ..model_errors import classify_model_error
 from ..outcome import Outcome, Reason, Status
+from ..run import GuardedRun, OnRefusal, Release, make_guard
 from ..store.base import Store
-from ._internal import ACTIVE_RUN, GuardedRun, Halt, OnRefusal, Release, maybe_await, result_output
+from ._internal import ACTIVE_RUN, Halt, maybe_await, trace_decision
 from .hooks import GuardHooks
 from .model import GuardedModel, GuardedModelProvider
+from .pauses import persist_pause, waiting_detail
 from .tools import guard_undeclared
 
 __all__ = ["GuardStopped", "GuardedStream", "run_guarded", "run_guarded_streamed", "run_guarded_sync"]
@@ -87,13 +89,12 @@ _GUARDRAIL_TRIPWIRES = (
 _MISSING: Any = object()
 
 
-class GuardStopped(AgentsException):
+class GuardStopped(AgentsException, guarded.GuardStopped):
     """Raised by the entry points with ``on_refusal="raise"`` when the guard stopped the run; ``.outcome`` is the
     (stored, sticky) outcome, ``.run_data`` the SDK's run data when the SDK had any."""
 
     def __init__(self, outcome: Outcome) -> None:
-        super().__init__(f"the guard stopped task {outcome.task_id}: {outcome.status}/{outcome.reason}")
-        self.outcome = outcome
+        guarded.GuardStopped.__init__(self, outcome)
         if isinstance(outcome.result, RunErrorDetails):
             self.run_data = outcome.result
 
@@ -101,16 +102,21 @@ class GuardStopped(AgentsException):
 # --- preparing a run ---------------------------------------------------------------------------------------
 
 
-def _guard_of(
-    guard: Guard | None, budget: Budget | None, store: Store | None, task_id: str | None, policy: Policy | None
-) -> Guard:
-    if guard is not None:
-        if budget is not None or store is not None or task_id is not None or policy is not None:
-            raise ValueError("pass either guard= or budget=/store=/task_id=/policy=, not both")
-        return guard
-    if budget is None:
-        raise TypeError("a guarded run needs budget=Budget(model_turns=..., tool_executions=...) or guard=Guard(...)")
-    return Guard(budget=budget, store=store, task_id=task_id, policy=policy)
+def _start(
+    guard: Guard | None,
+    budget: Budget | None,
+    store: Store | None,
+    task_id: str | None,
+    policy: Policy | None,
+    *,
+    on_refusal: OnRefusal,
+    release: Release,
+) -> GuardedRun:
+    """The guarded run of one SDK run: its guard (decisions traced as SDK spans) and the refusal modes."""
+    the_guard = make_guard(guard=guard, budget=budget, store=store, task_id=task_id, policy=policy)
+    if the_guard.observer is None:  # guard decisions show as spans in the SDK's trace
+        the_guard.observer = trace_decision
+    return GuardedRun(the_guard, on_refusal=on_refusal, release=release, raises=GuardStopped)
 
 
 @dataclasses.dataclass
@@ -120,6 +126,8 @@ class _Prepared:
     hooks: GuardHooks
     error_handlers: Any
     owned_provider: ModelProvider | None
+    max_turns_handled: bool = False
+    """The SDK gives no sign that a ``max_turns`` error handler replaced ``MaxTurnsExceeded``: we mark it."""
 
 
 def _guard_model(model: Any, run: GuardedRun) -> Any:
@@ -167,22 +175,22 @@ def _prepare(
         model=_guard_model(config.model, run),
         model_provider=GuardedModelProvider(config.model_provider, run),
     )
-    handlers = error_handlers
+    prepared = _Prepared(
+        agent=_guard_agent(agent, run, {}),
+        run_config=config,
+        hooks=GuardHooks(run, hooks),
+        error_handlers=error_handlers,
+        owned_provider=config.model_provider if owned else None,
+    )
     if error_handlers and "max_turns" in error_handlers:
         handle = error_handlers["max_turns"]
 
         def marked(data: Any) -> Any:
-            run.max_turns_handled = True  # the SDK gives no sign that the handler replaced MaxTurnsExceeded
+            prepared.max_turns_handled = True
             return handle(data)
 
-        handlers = {**error_handlers, "max_turns": marked}
-    return _Prepared(
-        agent=_guard_agent(agent, run, {}),
-        run_config=config,
-        hooks=GuardHooks(run, hooks),
-        error_handlers=handlers,
-        owned_provider=config.model_provider if owned else None,
-    )
+        prepared.error_handlers = {**error_handlers, "max_turns": marked}
+    return prepared
 
 
 async def _resumable(input: Any, prepared: _Prepared) -> Any:
@@ -240,38 +248,44 @@ def _error_verdict(run: GuardedRun, error: BaseException) -> Verdict | None:
     if isinstance(error, MaxTurnsExceeded):
         return Verdict(Status.STOPPED, Reason.MAX_TURNS, str(error))
     if isinstance(error, ToolTimeoutError):
-        timed_out = next((f for f in run.interrupted if f.ticket.call.tool == error.tool_name), None)
-        if timed_out is None:
-            return Verdict(Status.STOPPED, Reason.TOOL_TIMEOUT, str(error))
-        run.interrupted.remove(timed_out)
-        return run.guard.fail(timed_out.ticket, error, reason=Reason.TOOL_TIMEOUT)
+        return run.timed_out(error.tool_name, error)
     if isinstance(error, _GUARDRAIL_TRIPWIRES):
         return Verdict(Status.STOPPED, Reason.GUARDRAIL, f"{type(error).__name__}: {error}")
     if isinstance(error, (ModelBehaviorError, ModelRefusalError)):
         return Verdict(Status.STOPPED, Reason.MODEL_BEHAVIOR, f"{type(error).__name__}: {error}")
-    if isinstance(error, (ModelTimeoutError, openai.APIError)):
+    if isinstance(error, ModelTimeoutError):
         return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{type(error).__name__}: {error}")
-    return None
+    failure = classify_model_error(error)
+    return run.model_error(failure) if failure is not None else None
 
 
-def _final_verdict(run: GuardedRun, output: Any, raw: Any, error: Exception | None) -> tuple[Verdict | None, Any]:
-    """The application's ``verify_output`` answer, judged like any evidence (a bool is accepted as ``done``)."""
-    if error is not None:
-        return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, f"verify_output raised {type(error).__name__}"), None
-    if isinstance(raw, bool):
-        done = raw
-    else:
-        evidence = parse_evidence(raw, status=ResultStatus.OK, current_revision=run.guard.revision)
-        if isinstance(evidence, str):
-            return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, f"verify_output: {evidence}"), None
-        done = evidence.done
-    if done:
-        return Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "the application validated the final output"), output
-    return None, None
+async def _final_verdict(
+    run: GuardedRun, result: RunResultBase, prepared: _Prepared, verify_output: OutputVerifier | None
+) -> Verdict:
+    """How a run that returned normally ends: a pause, a limit an error handler answered, validated done, or the
+    final answer's verdict."""
+    run.drain_interrupted()
+    if run.verdict is not None:
+        return run.verdict
+    if getattr(result, "interruptions", None):
+        return Verdict(Status.NEEDS_HUMAN, Reason.APPROVAL, waiting_detail(result))
+    if prepared.max_turns_handled:
+        return Verdict(Status.STOPPED, Reason.MAX_TURNS, "max_turns reached; an error handler gave the output")
+    if run.done is not None:
+        return run.done
+    check = run.final_check(verify_output, result.final_output)
+    answer = None
+    if check is not None:
+        try:
+            answer = guarded.Answer(await guarded.perform_check_async(check))
+        except Exception as exc:
+            answer = guarded.Answer(error=exc)
+    return run.final_verdict(result.final_output, answer)
 
 
 async def _conclude(
     run: GuardedRun,
+    prepared: _Prepared,
     *,
     result: RunResultBase | None,
     error: BaseException | None,
@@ -280,61 +294,25 @@ async def _conclude(
     on_pause: OnPause | None,
 ) -> Outcome:
     """Map how the SDK run ended to the task's one Outcome (stored, sticky)."""
-    guard = run.guard
-    value: Any = _MISSING
-    pause_id: str | None = None
     sdk_result: Any = result
-    if error is not None and not cancelled:
-        sdk_result = getattr(error, "run_data", None)
+    pause_id: str | None = None
     if cancelled or run.cancel_requested:
-        verdict: Verdict | None = Verdict(Status.STOPPED, Reason.CANCELLED, "the run was cancelled")
+        verdict = Verdict(Status.STOPPED, Reason.CANCELLED, "the run was cancelled")
     elif error is not None:
-        verdict = _error_verdict(run, error)
-        if verdict is None:
-            fatal, in_flight = run.closing(Verdict(Status.STOPPED, Reason.FATAL, f"{type(error).__name__}: {error}"))
-            guard.end(fatal, in_flight=in_flight, result=sdk_result)
+        sdk_result = getattr(error, "run_data", None)
+        known = _error_verdict(run, error)
+        if known is None:
+            run.end(Verdict(Status.STOPPED, Reason.FATAL, f"{type(error).__name__}: {error}"), result=sdk_result)
             raise error
+        verdict = known
     else:
         assert result is not None
-        run.drain_interrupted()
-        verdict = run.verdict
-        waiting = list(getattr(result, "interruptions", None) or ())
-        if verdict is None and waiting:
-            names = ", ".join(sorted({getattr(item, "name", None) or "tool" for item in waiting}))
-            verdict = Verdict(Status.NEEDS_HUMAN, Reason.APPROVAL, f"{len(waiting)} call(s) wait for approval: {names}")
-            handler = on_pause
-            if handler is None:  # the default: store the pause, resumable in any process (resume_guarded)
-                from .pauses import persist_pause
-
-                handler = persist_pause
-            paused = await maybe_await(handler(result, guard))
+        verdict = await _final_verdict(run, result, prepared, verify_output)
+        if verdict.reason is Reason.APPROVAL and verdict is not run.verdict:
+            # the default stores the pause, resumable in any process (resume_guarded)
+            paused = await maybe_await((on_pause or persist_pause)(result, run.guard))
             pause_id = paused if isinstance(paused, str) else None
-        elif verdict is None and run.max_turns_handled:
-            verdict = Verdict(Status.STOPPED, Reason.MAX_TURNS, "max_turns reached; an error handler gave the output")
-        elif verdict is None and run.done is not None:
-            verdict = run.done
-        elif verdict is None and verify_output is not None:
-            try:
-                raw, failure = await maybe_await(verify_output(result.final_output)), None
-            except Exception as exc:
-                raw, failure = None, exc
-            verdict, value = _final_verdict(run, result.final_output, raw, failure)
-            value = _MISSING if verdict is None else value
-    if verdict is None:
-        told = sorted({str(v.reason) for v in run.told})
-        detail = "the model gave a final answer; the application did not validate the task as done"
-        verdict = Verdict(
-            Status.PARTIAL, Reason.UNVERIFIED_FINAL, detail + (f" (refused: {', '.join(told)})" if told else "")
-        )
-    verdict, in_flight = run.closing(verdict)
-    if value is _MISSING:
-        value = result_output(verdict.value if verdict.status is Status.COMPLETED else guard.last_good)
-    outcome = guard.end(
-        dataclasses.replace(verdict, value=value), in_flight=in_flight, pause_id=pause_id, result=sdk_result
-    )
-    if run.on_refusal == "raise" and verdict is run.verdict and outcome.status is not Status.COMPLETED:
-        raise GuardStopped(outcome)
-    return outcome
+    return run.end(verdict, result=sdk_result, pause_id=pause_id)
 
 
 # --- entry points ------------------------------------------------------------------------------------------
@@ -389,10 +367,9 @@ async def run_guarded(
     >>> outcome.status, outcome.reason, outcome.result.final_output
     (<Status.PARTIAL: 'partial'>, <Reason.UNVERIFIED_FINAL: 'unverified_final'>, 'hi')
     """
-    the_guard = _guard_of(guard, budget, store, task_id, policy)
-    if the_guard.outcome is not None:
-        return the_guard.outcome
-    run = GuardedRun(the_guard, on_refusal=on_refusal, release=release_tool_choice)
+    run = _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release_tool_choice)
+    if run.guard.outcome is not None:
+        return run.guard.outcome
     prepared = _prepare(agent, run, hooks=hooks, run_config=run_config, error_handlers=error_handlers)
     kwargs = _runner_kwargs(prepared, context, max_turns, runner_options)
     result: RunResult | None = None
@@ -409,7 +386,7 @@ async def run_guarded(
         ACTIVE_RUN.reset(token)
         await _close(prepared)
     return await _conclude(
-        run, result=result, error=error, cancelled=cancelled, verify_output=verify_output, on_pause=on_pause
+        run, prepared, result=result, error=error, cancelled=cancelled, verify_output=verify_output, on_pause=on_pause
     )
 
 
@@ -538,8 +515,10 @@ class GuardedStream:
                 pass
             if self._prepared is not None:
                 await _close(self._prepared)
+            assert self._prepared is not None
             self._outcome = await _conclude(
                 self._run,
+                self._prepared,
                 result=self._result if self._error is None else None,
                 error=self._error,
                 cancelled=self._cancelled,
@@ -586,11 +565,10 @@ def run_guarded_streamed(
     >>> asyncio.run(main()).status
     <Status.PARTIAL: 'partial'>
     """
-    the_guard = _guard_of(guard, budget, store, task_id, policy)
-    run = GuardedRun(the_guard, on_refusal=on_refusal, release=release_tool_choice)
-    if the_guard.outcome is not None:
+    run = _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release_tool_choice)
+    if run.guard.outcome is not None:
         return GuardedStream(
-            run, start=None, prepared=None, verify_output=None, on_pause=None, outcome=the_guard.outcome
+            run, start=None, prepared=None, verify_output=None, on_pause=None, outcome=run.guard.outcome
         )
     prepared = _prepare(agent, run, hooks=hooks, run_config=run_config, error_handlers=error_handlers)
     kwargs = _runner_kwargs(prepared, context, max_turns, runner_options)

@@ -31,9 +31,9 @@ from agents.models.interface import Model
 from agents.run_config import RunConfig
 from agents.tool_context import ToolContext
 
-from ..core import KINDS, Kind, Verdict
-from ..outcome import Reason, Status
-from ._internal import ACTIVE_RUN, GuardedRun, ToolSpec, Verify, parse_arguments
+from ..core import Kind
+from ..run import Executed, GuardedRun, ToolSpec, Verify, declare_tool
+from ._internal import ACTIVE_RUN, execute
 from .model import GuardedModel
 
 __all__ = ["guard_tool", "guarded_tool", "tool_spec"]
@@ -65,24 +65,22 @@ def _spec(
     verify: Verify | None,
     *,
     name: str,
-    declared: bool = True,
 ) -> ToolSpec:
-    if kind not in KINDS:
-        raise ValueError(f"tool {name!r}: kind {kind!r} is not one of {', '.join(sorted(KINDS))}")
-    if kind == "write":
-        if operation_id is None:
-            raise ValueError(
-                f"write tool {name!r} needs operation_id=callable(args) -> str: a stable business id derived from "
-                "the arguments (e.g. lambda a: f\"confirm-order-{a['order']}-v{a['version']}\"), never the call id"
-            )
-        if verify is None:
-            raise ValueError(
-                f"write tool {name!r} needs verify=callable(args, output) -> evidence: the application's check "
-                "that says whether the write committed"
-            )
-    elif operation_id is not None:
-        raise ValueError(f"tool {name!r}: operation_id only applies to kind='write'")
-    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, declared=declared)
+    return declare_tool(name, kind=kind, operation_id=operation_id, verify=verify)
+
+
+async def _run_call(
+    run: GuardedRun, spec: ToolSpec, tool: str, args: dict[str, Any], call_id: str | None, body: Any
+) -> Any:
+    """Propose, then execute under the guarded run: the output, the stored output of a committed write, or what the
+    model reads instead. The body's own exception is re-raised, so the tool's failure policy decides the text."""
+    call = run.propose(spec, tool, args, call_id)
+    if isinstance(call, Executed):
+        return call.message
+    executed = await execute(run, spec, call, body)
+    if executed.error is not None:
+        raise executed.error
+    return executed.output if executed.message is None else executed.message
 
 
 def _shim(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -102,9 +100,9 @@ def _shim(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         if invocation is None or invocation.entered:  # called directly, not through the SDK
             return await body()
         invocation.entered = True
-        run = invocation.run
-        call, why = run.call(invocation.spec, invocation.tool, invocation.args, invocation.call_id)
-        return await run.execute(invocation.spec, call, body, why_no_operation=why)
+        return await _run_call(
+            invocation.run, invocation.spec, invocation.tool, invocation.args, invocation.call_id, body
+        )
 
     setattr(guarded_body, _ORIGINAL, func)
     return guarded_body
@@ -148,26 +146,25 @@ def _guarded_invoker(
                 "agents_loopguard.sdk.run_guarded (or run_guarded_sync / run_guarded_streamed)"
             )
         call_id = getattr(ctx, "tool_call_id", None)
-        args, problem = parse_arguments(name, args_json)
-        if args is None:
-            return run.refuse_arguments(name, args_json, problem)
+        args = run.parse(spec, name, args_json)
+        if isinstance(args, Executed):
+            return args.message
         if agent_tool is not None:
             _guard_nested_run(ctx, agent_tool, run)
         if function is None:
-            call, why = run.call(spec, name, args, call_id)
-            return await run.execute(spec, call, lambda: inner(ctx, args_json), why_no_operation=why)
+            return await _run_call(run, spec, name, args, call_id, lambda: inner(ctx, args_json))
         invocation = _Invocation(run, spec, name, args, call_id)
         token = _INVOCATION.set(invocation)
         try:
             output = await inner(ctx, args_json)
         except Exception:
             if not invocation.entered:
-                run.report(_schema_rejected(name))
+                _schema_rejected(run, spec, name)
             raise
         finally:
             _INVOCATION.reset(token)
         if not invocation.entered:  # the SDK's schema validation refused the arguments; the body did not run
-            run.report(_schema_rejected(name))
+            _schema_rejected(run, spec, name)
         return output
 
     # Resolved annotations: the SDK reads them on every invocation (get_type_hints), and strings would be eval'ed.
@@ -178,8 +175,8 @@ def _guarded_invoker(
     return on_invoke_tool
 
 
-def _schema_rejected(name: str) -> Verdict:
-    return Verdict(Status.STOPPED, Reason.INVALID_CALL, f"the arguments for {name!r} do not match its JSON schema")
+def _schema_rejected(run: GuardedRun, spec: ToolSpec, name: str) -> None:
+    run.refuse_invalid(name, spec.kind, f"the arguments for {name!r} do not match its JSON schema")
 
 
 def _guard_nested_run(ctx: ToolContext[Any], agent_tool: Any, run: GuardedRun) -> None:

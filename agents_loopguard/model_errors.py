@@ -1,0 +1,74 @@
+"""What an error of the ``openai`` client means for a guarded run, for both adapters.
+
+The raw function-calling loop and the Agents SDK adapter both talk to models through the ``openai`` client; this is
+the one place that reads its errors: transient (a timeout, a lost connection, 408/409/429/5xx: the server's
+``x-should-retry`` wins), permission (401, 403, an exhausted quota: a human must act, never retried) or fatal (any
+other 4xx: the request itself is wrong). The guarded run turns the classification into a verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Literal
+
+import openai
+
+__all__ = ["ModelFailure", "classify_model_error"]
+
+FailureKind = Literal["transient", "permission", "fatal"]
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A failed model request, classified."""
+
+    kind: FailureKind
+    may_retry: bool
+    """False when the server said not to (``x-should-retry: false``) or the kind is never retried."""
+    retry_after: float | None
+    """Seconds the server asked to wait (``retry-after-ms`` / ``retry-after``)."""
+    billed: bool
+    """False for an error response (it is not billed); True for a timeout or a lost connection, whose request may
+    have been served: its worst-case cost stays reserved."""
+    label: str
+    """The trace's label: the HTTP status, or the exception's class name."""
+    detail: str
+    """A one-line description (the API's message, not the request)."""
+
+
+def _retry_after(headers: object) -> float | None:
+    get = getattr(headers, "get", None)
+    if get is None:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = get(name)
+        if value is not None:
+            with contextlib.suppress(ValueError):
+                return float(value) / scale
+    return None
+
+
+def classify_model_error(error: BaseException) -> ModelFailure | None:
+    """Classify an ``openai`` client error; ``None`` for anything else (a programming error, not an outcome).
+
+    A 401 from the server is ``permission`` (never retried, not billed); a timeout is ``transient`` and keeps its
+    worst-case cost (the tests drive both through the real client against a scripted server).
+
+    >>> classify_model_error(ValueError("not an API error")) is None
+    True
+    """
+    if isinstance(error, openai.APIConnectionError):  # timeouts included: the request may have been served
+        return ModelFailure("transient", True, None, True, type(error).__name__, f"{type(error).__name__}: {error}")
+    if not isinstance(error, openai.APIStatusError):
+        return None
+    status = error.status_code
+    detail = f"{type(error).__name__}: {error.message}"  # the message starts with "Error code: <status>"
+    retry_after = _retry_after(error.response.headers)
+    if status in (401, 403) or (status == 429 and error.code == "insufficient_quota"):
+        return ModelFailure("permission", False, None, False, str(status), detail)
+    transient = status in (408, 409, 429) or status >= 500
+    kind: FailureKind = "transient" if transient else "fatal"
+    should = error.response.headers.get("x-should-retry")
+    may_retry = should == "true" if should in ("true", "false") else transient
+    return ModelFailure(kind, may_retry, retry_after, False, str(status), detail)

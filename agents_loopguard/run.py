@@ -1,0 +1,816 @@
+"""One guarded run, framework-neutral: every rule of a *run* lives here, once.
+
+The engine (:class:`~agents_loopguard.core.Guard`) holds the rules of a *task*: reserve before every call, judge the
+evidence, keep the ledger, end with one outcome. A run adds what happens between a model and its tools, and every
+adapter needs the same answers:
+
+* which guard a run uses (``budget=``/``store=``/``task_id=``/``policy=`` or ``guard=``, one error for a wrong mix);
+* the ``tool_choice`` to send next (R12: a forced choice is released once no work remains);
+* a model attempt reserved before it leaves (turn, worst-case cost) and settled after (real cost, trace);
+* a proposal built from a tool name and the model's raw JSON (``invalid_call``, a write's ``operation_id`` and why
+  it could not be derived), then authorize -> execute -> verify -> settle, with a tool's bounded retries;
+* the calls in flight, and what a cancellation or a timeout makes of them;
+* the refusal modes (``end``, ``continue``, ``raise``), the final-answer verdict, the model-error verdict, the pause.
+
+The execution of a call is a generator of effects (:class:`Execute`, :class:`Check`, :class:`Sleep`): the adapter
+performs them, synchronously (:func:`drive`) or on an event loop (:func:`adrive`), so sync and async runs share every
+line of the rules. Adapters only translate: the Agents SDK adapter from its hooks, model wrapper and tool invoker;
+the raw function-calling loop from Chat Completions and Responses payloads. Nothing here imports an SDK.
+
+>>> from agents_loopguard import Budget
+>>> run = GuardedRun(make_guard(budget=Budget(model_turns=3, tool_executions=2)))
+>>> attempt = run.begin_model_attempt("required")
+>>> attempt.tool_choice
+'required'
+>>> spec = ToolSpec(verify=lambda args, out: {"revision": 1, "done": True, "effect": "none"})
+>>> call = run.propose(spec, "lookup", '{"order": 42}', "c1")
+>>> def perform(effect):
+...     return "shipped" if isinstance(effect, Execute) else perform_check(effect)
+>>> drive(run.execute(spec, call), perform).output
+'shipped'
+>>> run.begin_model_attempt("required").tool_choice    # done: nothing forces a tool any more
+'none'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import itertools
+import json
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from .budget import Budget, Policy
+from .core import KINDS, Call, Guard, Kind, Ticket, Verdict
+from .errors import LoopguardError
+from .evidence import Effect, Evidence, VerifyFailed
+from .model_errors import ModelFailure
+from .outcome import Outcome, Reason, Status
+from .pricing import Price
+from .retry import NO_RETRY, RetryPolicy, ToolFailure
+from .store.base import Store
+
+__all__ = [
+    "Answer",
+    "Check",
+    "Execute",
+    "Executed",
+    "GuardStopped",
+    "GuardedRun",
+    "ModelAttempt",
+    "OnRefusal",
+    "Release",
+    "Sleep",
+    "ToolSpec",
+    "adrive",
+    "declare_tool",
+    "drive",
+    "make_guard",
+    "perform_check",
+    "perform_check_async",
+]
+
+T = TypeVar("T")
+OnRefusal = Literal["end", "continue", "raise"]
+"""What a refused call does to the run: ``end`` it with the outcome (default), tell the model and ``continue``, or
+end it and ``raise`` :class:`GuardStopped` from the entry point."""
+Release = Literal["none", "auto"]
+"""What replaces a forced ``tool_choice`` once no work remains."""
+Verify = Callable[[dict[str, Any], Any], Any]
+"""``verify(args, output) -> evidence``, sync or async: the application's trusted check of a tool result."""
+
+_CONTINUABLE = frozenset(
+    {
+        Reason.SAME_CALL,
+        Reason.INVALID_CALL,
+        Reason.MISSING_OPERATION_ID,
+        Reason.OPERATION_CONFLICT,
+        Reason.TOOL_BUDGET,
+        Reason.WAIT_BUDGET,
+        Reason.EXECUTOR_EXCEPTION,
+        Reason.TOOL_TIMEOUT,
+    }
+)
+"""Verdicts about one call that ``on_refusal="continue"`` reports to the model instead of ending the run. Only with
+status ``stopped``: an unknown write (needs_reconciliation) or a needed human always ends the run, and so do the
+task-wide stops (stop mark, deadline, model budget) and the progress rules (no_progress, cursor_cycle...)."""
+
+_HINTS: dict[Reason, str] = {
+    Reason.SAME_CALL: "this exact call already ran as often as allowed without new progress; it will not run again",
+    Reason.TOOL_BUDGET: "no tool executions are left for this task; answer with what you have",
+    Reason.INVALID_CALL: "the call is not valid; fix the arguments",
+    Reason.MISSING_OPERATION_ID: "the arguments do not name the business operation this write performs",
+    Reason.OPERATION_CONFLICT: "this operation id was already used with other arguments",
+    Reason.WAIT_BUDGET: "the job has been polled as long as allowed",
+    Reason.UNKNOWN_COMMIT: "the result of this write is unknown; it will not be sent again until reconciled",
+}
+_AFTER_DONE = "not executed: the application already validated the task as done; give your final answer"
+
+
+class GuardStopped(LoopguardError):
+    """Raised by an entry point with ``on_refusal="raise"`` when the guard stopped the run; ``.outcome`` is the
+    (stored, sticky) outcome."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(f"the guard stopped task {outcome.task_id}: {outcome.status}/{outcome.reason}")
+        self.outcome = outcome
+
+
+def make_guard(
+    *,
+    guard: Guard | None = None,
+    budget: Budget | None = None,
+    store: Store | None = None,
+    task_id: str | None = None,
+    policy: Policy | None = None,
+    secrets: Iterable[str] = (),
+) -> Guard:
+    """The guard of a run: ``guard=`` as given, or a new one for ``budget=`` (with ``store=``, ``task_id=``,
+    ``policy=``). There is no unlimited default, and the two ways do not mix.
+
+    >>> make_guard(budget=Budget(model_turns=4, tool_executions=2), task_id="t-1").task_id
+    't-1'
+    """
+    if guard is not None:
+        if budget is not None or store is not None or task_id is not None or policy is not None:
+            raise ValueError("pass either guard= or budget= (with store=, task_id=, policy=), not both")
+        return guard
+    if budget is None:
+        raise ValueError(
+            "a guarded run needs guard= or budget=Budget(model_turns=..., tool_executions=...): "
+            "there is no unlimited default"
+        )
+    return Guard(budget=budget, store=store, task_id=task_id, policy=policy, secrets=secrets)
+
+
+# --- tools ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the guard needs to know about one tool: its kind, how a write names its operation, how to verify."""
+
+    kind: Kind = "read"
+    operation_id: Callable[[dict[str, Any]], Any] | None = None
+    """Derives the stable business operation id of a write from its arguments."""
+    verify: Verify | None = None
+    """The application's trusted check ``verify(args, output) -> evidence`` (sync or async)."""
+    declared: bool = True
+    """False for a tool the run guards as a read because nobody declared it."""
+    retry: RetryPolicy = NO_RETRY
+    """Retries of a transient failure verified to have had no effect (none by default)."""
+
+
+def declare_tool(
+    name: str,
+    *,
+    kind: Kind = "read",
+    operation_id: Callable[[dict[str, Any]], Any] | None = None,
+    verify: Verify | None = None,
+    retry: RetryPolicy = NO_RETRY,
+) -> ToolSpec:
+    """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
+
+    >>> declare_tool("refund", kind="write", verify=lambda a, out: None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: write tool 'refund' needs operation_id=callable(args) -> str: ...
+    """
+    if kind not in KINDS:
+        raise ValueError(f"tool {name!r}: kind {kind!r} is not one of {', '.join(sorted(KINDS))}")
+    if kind == "write":
+        if operation_id is None:
+            raise ValueError(
+                f"write tool {name!r} needs operation_id=callable(args) -> str: a stable business id derived from "
+                "the arguments (e.g. lambda a: f\"confirm-order-{a['order']}-v{a['version']}\"), never the call id"
+            )
+        if verify is None:
+            raise ValueError(
+                f"write tool {name!r} needs verify=callable(args, output) -> evidence: the application's check "
+                "that says whether the write committed"
+            )
+    elif operation_id is not None:
+        raise ValueError(f"tool {name!r}: operation_id only applies to kind='write'")
+    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, retry=retry)
+
+
+def parse_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | str:
+    """The model's JSON arguments as a dict, or why they are not a JSON object (empty input is ``{}``).
+
+    >>> parse_arguments("lookup", '{"order": 42}'), parse_arguments("lookup", "[42]")
+    ({'order': 42}, "the arguments for 'lookup' are a JSON list, not a JSON object")
+    """
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        return f"the arguments for {tool!r} are not JSON (not valid JSON: {exc})"
+    if not isinstance(parsed, dict):
+        return f"the arguments for {tool!r} are a JSON {type(parsed).__name__}, not a JSON object"
+    return parsed
+
+
+# --- effects and their drivers ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Run the tool body of ``call`` once (the adapter knows how)."""
+
+    call: Call
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Check:
+    """Run the application's ``verify(args, output)`` (it may be async)."""
+
+    verify: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait before a retry."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What performing an effect gave: a value, or the exception it raised."""
+
+    value: Any = None
+    error: Exception | None = None
+
+
+def perform_check(effect: Check | Sleep) -> Any:
+    """Perform the effects every synchronous driver shares: a verify call, a sleep."""
+    if isinstance(effect, Sleep):
+        time.sleep(effect.seconds)
+        return None
+    value = effect.verify(*effect.args)
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()
+        raise TypeError("an async verify cannot run in a synchronous run: use the async entry point")
+    return value
+
+
+async def perform_check_async(effect: Check | Sleep) -> Any:
+    """:func:`perform_check` on an event loop (an async verify is awaited)."""
+    if isinstance(effect, Sleep):
+        await asyncio.sleep(effect.seconds)
+        return None
+    value = effect.verify(*effect.args)
+    return await value if inspect.isawaitable(value) else value
+
+
+def drive(steps: Generator[Any, Answer, T], perform: Callable[[Any], Any]) -> T:
+    """Run a generator of effects synchronously: ``perform(effect)`` for each; an ``Exception`` goes back into the
+    steps as an :class:`Answer`; anything else (an interrupt) is thrown in, so the run records it, then re-raised."""
+    try:
+        effect = next(steps)
+        while True:
+            try:
+                answer = Answer(perform(effect))
+            except Exception as exc:
+                answer = Answer(error=exc)
+            except BaseException as exc:
+                _throw(steps, exc)
+                raise
+            effect = steps.send(answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+async def adrive(steps: Generator[Any, Answer, T], perform: Callable[[Any], Awaitable[Any]]) -> T:
+    """:func:`drive` on an event loop: ``await perform(effect)``; a cancellation is thrown into the steps."""
+    try:
+        effect = next(steps)
+        while True:
+            try:
+                answer = Answer(await perform(effect))
+            except Exception as exc:
+                answer = Answer(error=exc)
+            except BaseException as exc:
+                _throw(steps, exc)
+                raise
+            effect = steps.send(answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+def _throw(steps: Generator[Any, Answer, Any], error: BaseException) -> None:
+    try:
+        steps.throw(error)
+    except BaseException:  # the steps re-raise what was thrown in, after recording it
+        return
+
+
+# --- one run -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelAttempt:
+    """A model attempt reserved by :meth:`GuardedRun.begin_model_attempt`: send it with this ``tool_choice``."""
+
+    tool_choice: Any
+    reserved_cost: float = 0.0
+
+
+@dataclass(frozen=True)
+class Executed:
+    """What one proposed call came to."""
+
+    output: Any = None
+    """The tool output (or the stored output of a committed write) when ``message`` is None."""
+    message: str | None = None
+    """What the model reads instead of an output: the call was refused, skipped, or failed."""
+    error: Exception | None = None
+    """The body's own exception (the Agents SDK re-raises it, so the tool's failure policy decides the text)."""
+    verdict: Verdict | None = None
+    """The refusal, failure or end behind ``message``."""
+
+
+@dataclass
+class Flight:
+    """One execution between its reservation and its verified result."""
+
+    ticket: Ticket
+    label: str
+
+
+def forces_tool(choice: Any) -> bool:
+    """True when ``tool_choice`` demands a tool call ("required", a tool name, a dict naming one).
+
+    >>> forces_tool("required"), forces_tool({"type": "function", "name": "f"}), forces_tool("auto")
+    (True, True, False)
+    """
+    return choice is not None and choice not in ("auto", "none")
+
+
+def forced_name(choice: Any) -> str | None:
+    """The function a ``tool_choice`` forces, in any API's shape (``"f"``, ``{"type": "function", "name": "f"}``,
+    ``{"type": "function", "function": {"name": "f"}}``), or ``None``."""
+    if isinstance(choice, str):
+        return None if choice in ("auto", "none", "required") else choice
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else choice.get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def call_label(call: Call) -> str:
+    """How a call in flight is named in an outcome: ``tool[call_id]``, with a write's operation id."""
+    label = f"{call.tool}[{call.call_id or '?'}]"
+    return f"{label} operation {call.operation_id}" if call.kind == "write" and call.operation_id else label
+
+
+def refusal_message(verdict: Verdict) -> str:
+    """What the model reads instead of a tool output when the guard refuses or stops a call."""
+    hint = _HINTS.get(verdict.reason, "the guard stopped this call")
+    detail = f" ({verdict.detail})" if verdict.detail else ""
+    return f"refused: {verdict.status}/{verdict.reason}: {hint}{detail}"
+
+
+@dataclass
+class GuardedRun:
+    """The state of one guarded run and every run-level rule. Adapters drive it; it decides.
+
+    ``unwrap_values``: the outcome's value is the tool output (the Agents SDK) rather than the engine's result
+    ``{"status": ..., "output": ...}`` (the raw loop, like :func:`~agents_loopguard.create_runner`).
+    ``label``: how a call in flight is named in ``Outcome.in_flight``.
+    ``reset_forced_function``: a forced function that ran is sent as ``auto`` afterwards (the raw loop; the Agents
+    SDK applies its own ``reset_tool_choice`` before the guard sees the settings).
+    """
+
+    guard: Guard
+    on_refusal: OnRefusal = "end"
+    release: Release = "none"
+    reset_forced_function: bool = False
+    price: Price | None = None
+    unwrap_values: bool = True
+    label: Callable[[Call], str] = call_label
+    raises: Callable[[Outcome], Exception] = GuardStopped
+    """What ``on_refusal="raise"`` raises (an adapter passes its framework's subclass of :class:`GuardStopped`)."""
+    verdict: Verdict | None = None
+    """The verdict that ends this run (first wins). Checked at every checkpoint."""
+    done: Verdict | None = None
+    """Set when a tool's verified evidence says the task is done; the run waits for the model's final answer."""
+    told: list[Verdict] = field(default_factory=list)
+    """Refusals and failures reported to the model while the run continued (``on_refusal="continue"``)."""
+    ran: set[str] = field(default_factory=set)
+    """Tools whose call settled successfully (a forced function that ran is no longer forced)."""
+    flights: dict[int, Flight] = field(default_factory=dict)
+    interrupted: list[Flight] = field(default_factory=list)
+    """Executions whose task was cancelled before a verified result: a tool timeout, or the run's cancellation."""
+    failures: dict[int, Verdict] = field(default_factory=dict)
+    """id(exception) -> verdict, for a tool failure that the framework re-raises after the guard recorded it."""
+    cancel_requested: bool = False
+    _done_turn: int = 0
+    _keys: itertools.count[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        if self.guard.budget.cost is not None and self.price is None:
+            raise ValueError(
+                f"task {self.guard.task_id!r} has a cost budget ({self.guard.budget.cost}): give the run a price "
+                "for its model (prices=...), or the limit could not be enforced"
+            )
+
+    def check_output_bound(self, max_output_tokens: int | None) -> int:
+        """The output bound of a request's worst case; a cost budget cannot be enforced without one."""
+        if self.price is not None and max_output_tokens is None:
+            raise ValueError("the task has a cost budget: give max_output_tokens= to bound each request's worst case")
+        return max_output_tokens or 0
+
+    # --- decisions the run remembers -----------------------------------------------------------------------
+
+    def stop(self, verdict: Verdict) -> Verdict:
+        """Remember ``verdict`` as the end of this run (the first one wins)."""
+        if self.verdict is None:
+            self.verdict = verdict
+        return self.verdict
+
+    def report(self, verdict: Verdict) -> str:
+        """Apply the refusal mode to a verdict about one call; return what the model reads."""
+        if self.on_refusal == "continue" and verdict.status is Status.STOPPED and verdict.reason in _CONTINUABLE:
+            self.told.append(verdict)
+        else:
+            self.stop(verdict)
+        return refusal_message(verdict)
+
+    def no_work_remains(self) -> bool:
+        """Validated done, or no tool execution left, or no later model turn to read a tool's result."""
+        used, budget = self.guard.used, self.guard.budget
+        return self.done is not None or used.tools >= budget.tool_executions or used.models >= budget.model_turns
+
+    def tool_choice(self, requested: Any) -> Any:
+        """The ``tool_choice`` to send with a request that offers tools (R12): once no work remains, whatever was
+        asked becomes ``release`` (``"none"`` by default: the model answers; a requested ``"none"`` stays); while
+        work remains, a forced function that already ran is sent as ``"auto"`` when ``reset_forced_function``.
+
+        >>> from agents_loopguard import Budget
+        >>> run = GuardedRun(make_guard(budget=Budget(model_turns=5, tool_executions=0)))
+        >>> run.tool_choice("required"), run.tool_choice("auto"), run.tool_choice(None)
+        ('none', 'none', 'none')
+        """
+        if self.no_work_remains():
+            return "none" if requested == "none" else self.release
+        name = forced_name(requested)
+        if self.reset_forced_function and name is not None and name in self.ran:
+            return "auto"
+        return requested
+
+    # --- model attempts --------------------------------------------------------------------------------------
+
+    def begin_model_attempt(
+        self,
+        requested_choice: Any = None,
+        *,
+        offers_tools: bool = True,
+        input_tokens: Callable[[], int] | None = None,
+        max_output_tokens: int | None = None,
+    ) -> ModelAttempt | Verdict:
+        """Reserve one model attempt before it is sent: the worst-case cost (with a price), then the turn (the
+        deadline, the stop mark and the model budget are checked there). A refusal ends the run: the verdict is
+        returned (and remembered); the attempt must not be sent.
+
+        ``offers_tools``: the request offers tools (its ``tool_choice`` is the guard's then, see
+        :meth:`tool_choice`). ``input_tokens`` estimates the request's input (only called with a price);
+        ``max_output_tokens`` bounds its output.
+        """
+        self.drain_interrupted()
+        if self.verdict is not None:
+            return self.verdict
+        reserved = 0.0
+        if self.price is not None:
+            bound = self.check_output_bound(max_output_tokens)
+            estimate = input_tokens() if input_tokens is not None else 0
+            reserved = self.price.cost(input_tokens=estimate, output_tokens=bound)
+            refused = self.guard.reserve_cost(reserved)
+            if refused is not None:
+                return self.stop(refused)
+        refused = self.guard.begin_turn()
+        if refused is not None:
+            if reserved:
+                self.guard.settle_cost(reserved, 0.0)
+            return self.stop(refused)
+        return ModelAttempt(self.tool_choice(requested_choice) if offers_tools else requested_choice, reserved)
+
+    def end_model_attempt(
+        self, attempt: ModelAttempt, *, usage: tuple[int, int] | None = None, failure: ModelFailure | None = None
+    ) -> None:
+        """Settle a sent attempt: its real cost (the reported usage; an error response costs nothing, a timeout
+        keeps its worst case) and a model entry in the task's timeline."""
+        if self.price is not None:
+            if failure is not None:
+                actual = attempt.reserved_cost if failure.billed else 0.0
+            elif usage is None:
+                actual = attempt.reserved_cost
+            else:
+                actual = self.price.cost(input_tokens=usage[0], output_tokens=usage[1])
+            self.guard.settle_cost(attempt.reserved_cost, actual)
+        self.guard.record_model_answer("answered" if failure is None else f"error:{failure.label}")
+
+    def model_error(self, failure: ModelFailure, *, attempts: int | None = None) -> Verdict:
+        """The verdict of a model request that failed for good (after the retries that were allowed)."""
+        detail = str(self.guard.storable(failure.detail))
+        if failure.kind == "permission":
+            return Verdict(Status.NEEDS_HUMAN, Reason.PERMISSION, f"{detail}: not retried, a human must act")
+        if failure.kind == "fatal":
+            return Verdict(Status.STOPPED, Reason.FATAL, f"{detail}: the API refused the request")
+        if not failure.may_retry:
+            return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{detail}: the server says not to retry")
+        suffix = f" (after {attempts} attempts)" if attempts is not None else ""
+        return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{detail}{suffix}")
+
+    def wait_verdict(self, seconds: float) -> Verdict | None:
+        """A retry backoff that would end past the deadline is not started: the deadline verdict."""
+        deadline = self.guard.budget.deadline
+        if deadline is not None and self.guard.now() + seconds >= deadline:
+            return Verdict(Status.STOPPED, Reason.DEADLINE, f"a retry in {seconds:.3g}s would start past the deadline")
+        return None
+
+    def checkpoint(self) -> Verdict | None:
+        """Before a handoff, a sub-agent or a pending job: the run's own end, or the task's stop mark."""
+        if self.verdict is not None:
+            return self.verdict
+        stopped = self.guard.check_stop()
+        return self.stop(stopped) if stopped is not None else None
+
+    # --- one tool call -----------------------------------------------------------------------------------------
+
+    def refuse_invalid(self, tool: str, kind: str, detail: str) -> Executed:
+        """Refuse a call that is not a valid call of an offered tool, through the engine's own validation (traced
+        and ended like any invalid proposal; nothing is reserved)."""
+        if (skipped := self._skipped()) is not None:
+            return skipped
+        verdict = self.guard.authorize({"tool": tool, "kind": kind if kind in KINDS else "read", "args": None})
+        assert isinstance(verdict, Verdict), "a call without arguments is never authorized"
+        if verdict.reason is Reason.INVALID_CALL:
+            verdict = dataclasses.replace(verdict, detail=detail)
+        return self._refused(verdict)
+
+    def _refused(self, verdict: Verdict) -> Executed:
+        return Executed(message=self.report(verdict), verdict=verdict)
+
+    def propose(
+        self,
+        spec: ToolSpec,
+        tool: str,
+        arguments: str | Mapping[str, Any] | None,
+        call_id: str | None = None,
+        *,
+        check: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> Call | Executed:
+        """The engine's view of a proposed call: the arguments parsed (a JSON object, which ``check`` may refuse
+        further) and a write's operation id derived from them. Returns what the model reads instead when the
+        call cannot be made, or when the run already ended or the task is validated done (nothing is parsed then)."""
+        args = self.parse(spec, tool, arguments)
+        if isinstance(args, Executed):
+            return args
+        problem = check(args) if check is not None else None
+        if problem is not None:
+            return self.refuse_invalid(tool, spec.kind, problem)
+        if spec.kind != "write" or spec.operation_id is None:
+            return Call(tool, args, spec.kind, None, call_id)
+        try:
+            derived = spec.operation_id(args)
+        except Exception as exc:  # the model's arguments lack what names the operation
+            return self._no_operation(Call(tool, args, "write", None, call_id), f"{type(exc).__name__}: {exc}")
+        if isinstance(derived, str) and derived:
+            return Call(tool, args, "write", derived, call_id)
+        return self._no_operation(Call(tool, args, "write", None, call_id), f"it returned {derived!r}")
+
+    def parse(self, spec: ToolSpec, tool: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | Executed:
+        """The model's arguments as a dict, or the refusal the model reads (``invalid_call``); nothing is parsed
+        once the run ended or the task is validated done."""
+        if (skipped := self._skipped()) is not None:
+            return skipped
+        args = parse_arguments(tool, arguments)
+        return self.refuse_invalid(tool, spec.kind, args) if isinstance(args, str) else args
+
+    def _no_operation(self, call: Call, why: str) -> Executed:
+        verdict = self.guard.authorize(call)
+        assert isinstance(verdict, Verdict), "a write without an operation id is never authorized"
+        if verdict.reason is Reason.MISSING_OPERATION_ID:
+            detail = f"{call.tool}: operation_id(args) could not name the operation: {why}"
+            verdict = dataclasses.replace(verdict, detail=str(self.guard.storable(detail)))
+        return self._refused(verdict)
+
+    def _skipped(self) -> Executed | None:
+        """A call proposed after the run's end, or after the task was validated done, is never executed."""
+        if self.verdict is not None:
+            message = f"not executed: the run ended before this call ({self.verdict.reason})"
+            return Executed(message=message, verdict=self.verdict)
+        if self.done is not None:
+            if self.guard.used.models > self._done_turn:  # asked for an answer after done, it called a tool again
+                self.stop(self.done)
+            return Executed(message=_AFTER_DONE, verdict=self.done)
+        return None
+
+    def execute(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
+        """``authorize -> Execute -> Check -> settle`` for one call, with the tool's bounded retries; a generator of
+        effects for :func:`drive` / :func:`adrive`. A refused call never executes; a committed write returns its
+        stored output without executing."""
+        if (skipped := self._skipped()) is not None:
+            return skipped
+        ticket = self.guard.authorize(call)
+        attempt = 1
+        while True:
+            if isinstance(ticket, Verdict):
+                return self._refused(ticket)
+            outcome = yield from self._attempt(spec, ticket, attempt)
+            if isinstance(outcome, Executed):
+                return outcome
+            failure = outcome
+            if attempt > spec.retry.max_retries:
+                note = f"{self.guard.storable(str(failure))} ({attempt} attempts; verified to have had no effect)"
+                return Executed(message=f"error: {note}")
+            stop = self.wait_verdict(delay := spec.retry.delay(attempt - 1) or 0.0)
+            if stop is not None:
+                return self._refused(stop)
+            if delay > 0:
+                yield Sleep(delay)
+            attempt += 1
+            ticket = self.guard.authorize(call, retry_of=ticket)
+
+    def _attempt(self, spec: ToolSpec, ticket: Ticket, attempt: int) -> Generator[Any, Answer, Executed | ToolFailure]:
+        """One authorized attempt: its result, or the transient failure (verified without effect) to retry."""
+        failure: ToolFailure | None = None
+        if ticket.replay:  # a committed write: its stored result, never a second execution
+            output = _output_of(ticket.result)
+            evidence = yield from self._evidence(spec, ticket, output)
+        else:
+            key = next(self._keys)
+            flight = self.flights[key] = Flight(ticket, self.label(ticket.call))
+            try:
+                answer = yield Execute(ticket.call, attempt)
+                if answer.error is not None:
+                    kind = spec.retry.classify(answer.error)
+                    if kind is None:
+                        return self._failed(ticket, answer.error)
+                    failure = ToolFailure(answer.error, kind, attempt)
+                output = failure if failure is not None else answer.value
+                evidence = yield from self._evidence(spec, ticket, output, failed=failure is not None)
+            except BaseException:
+                self.interrupted.append(flight)  # executed, not verified: still in flight
+                raise
+            finally:
+                self.flights.pop(key, None)
+        verdict = self.guard.settle(ticket, self._result(output, failure), evidence=evidence)
+        if verdict is not None:
+            if failure is not None and failure.kind == "permission" and verdict.reason is Reason.APPROVAL:
+                detail = f"{ticket.call.tool}: {self.guard.storable(str(failure))}: a permission error is never retried"
+                verdict = dataclasses.replace(verdict, reason=Reason.PERMISSION, detail=detail)
+            return self._settled(verdict, output, ran=failure is None)
+        if failure is None:
+            self.ran.add(ticket.call.tool)
+            return Executed(output=output)
+        return failure
+
+    def _failed(self, ticket: Ticket, error: Exception) -> Executed:
+        failed = self.guard.fail(ticket, error)
+        self.failures[id(error)] = failed
+        return Executed(message=self.report(failed), error=error, verdict=failed)
+
+    def _settled(self, verdict: Verdict, output: Any, *, ran: bool) -> Executed:
+        if verdict.status is Status.COMPLETED:
+            if self.done is None:
+                self.done = verdict
+                self._done_turn = self.guard.used.models
+            return Executed(output=output)
+        self.stop(verdict)  # progress rules and unknown effects end the run in every mode
+        return Executed(output=output) if ran else Executed(message=refusal_message(verdict), verdict=verdict)
+
+    def _result(self, output: Any, failure: ToolFailure | None) -> dict[str, Any]:
+        if failure is None:
+            return {"status": "ok", "output": jsonable(output)}
+        status = "retryable" if failure.kind == "transient" else "needs_human"
+        return {"status": status, "error": self.guard.storable(str(failure))}
+
+    def _evidence(
+        self, spec: ToolSpec, ticket: Ticket, output: Any, *, failed: bool = False
+    ) -> Generator[Any, Answer, Any]:
+        """The evidence of one attempt: the application's verify (a :class:`Check` effect), or, without one (or
+        for a failed read), evidence that proves no progress."""
+        if spec.verify is None or (failed and spec.kind != "write"):
+            return Evidence(revision=ticket.revision, done=False, effect=Effect.NONE)
+        answer = yield Check(spec.verify, (dict(ticket.call.args), output))
+        return VerifyFailed(answer.error) if answer.error is not None else answer.value
+
+    # --- interruptions and the end ------------------------------------------------------------------------------
+
+    def drain_interrupted(self, reason: Reason = Reason.TOOL_TIMEOUT) -> None:
+        """Executions cancelled while the run went on were tool timeouts: the engine decides what they mean."""
+        while self.interrupted:
+            flight = self.interrupted.pop(0)
+            self.report(self.guard.fail(flight.ticket, TimeoutError("the tool timed out"), reason=reason))
+
+    def timed_out(self, tool: str, error: BaseException) -> Verdict:
+        """The framework reported a tool timeout as an error: the interrupted call of ``tool`` fails with it."""
+        flight = next((f for f in self.interrupted if f.ticket.call.tool == tool), None)
+        if flight is None:
+            return Verdict(Status.STOPPED, Reason.TOOL_TIMEOUT, f"{type(error).__name__}: {error}")
+        self.interrupted.remove(flight)
+        return self.guard.fail(flight.ticket, error, reason=Reason.TOOL_TIMEOUT)
+
+    def final_check(self, verify_output: Callable[[Any], Any] | None, output: Any) -> Check | None:
+        """The :class:`Check` of a final answer by ``verify_output`` (``None`` when no check applies)."""
+        if verify_output is None or self.verdict is not None or self.done is not None:
+            return None
+        return Check(verify_output, (output,))
+
+    def final_verdict(self, output: Any, answer: Answer | None, *, tools_offered: bool = True) -> Verdict:
+        """The verdict of a final answer: ``verify_output``'s answer (a bool, or evidence saying done) completes
+        the task; without it the answer is ``partial/unverified_final``."""
+        if answer is not None:
+            if answer.error is not None:
+                detail = f"verify_output raised {type(answer.error).__name__}"
+                return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, detail)
+            done = self._output_done(answer.value)
+            if isinstance(done, Verdict):
+                return done
+            if done:
+                return Verdict(
+                    Status.COMPLETED, Reason.VALIDATED_DONE, "the application validated the final output", value=output
+                )
+        used, budget = self.guard.used, self.guard.budget
+        why = " after the tool budget ran out" if tools_offered and used.tools >= budget.tool_executions else ""
+        told = sorted({str(v.reason) for v in self.told})
+        refused = f" (refused: {', '.join(told)})" if told else ""
+        detail = f"the model gave a final answer{why}; the application did not validate the task as done{refused}"
+        return Verdict(Status.PARTIAL, Reason.UNVERIFIED_FINAL, detail)
+
+    def _output_done(self, raw: Any) -> bool | Verdict:
+        if isinstance(raw, bool):
+            return raw
+        from .evidence import ResultStatus, parse_evidence
+
+        evidence = parse_evidence(raw, status=ResultStatus.OK, current_revision=self.guard.revision)
+        if isinstance(evidence, str):
+            return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, f"verify_output: {evidence}")
+        return evidence.done
+
+    def ending(self, verdict: Verdict) -> tuple[Verdict, list[str]]:
+        """The verdict a run ends with, and the calls that were in flight. A validated done stands without its
+        final answer (a refused final turn, a stop, a fault do not undo it); a write still in flight stays
+        unknown, so the run needs reconciliation."""
+        if self.done is not None and verdict.status is not Status.NEEDS_RECONCILIATION:
+            verdict = self.done
+        flights = [*self.interrupted, *self.flights.values()]
+        self.interrupted.clear()
+        self.flights.clear()
+        for flight in flights:
+            failed = self.guard.fail(flight.ticket, asyncio.CancelledError(), reason=Reason.CANCELLED)
+            if failed.status is Status.NEEDS_RECONCILIATION and verdict.status is not Status.NEEDS_RECONCILIATION:
+                verdict = dataclasses.replace(failed, detail=f"{flight.label} was in flight when the run ended")
+        return verdict, [flight.label for flight in flights]
+
+    def end(self, verdict: Verdict, *, result: Any = None, pause_id: str | None = None) -> Outcome:
+        """End the task with ``verdict`` (see :meth:`ending`); raises :class:`GuardStopped` in ``raise`` mode when
+        the guard stopped the run. ``pause_id`` names a pause the application stored itself."""
+        verdict, in_flight = self.ending(verdict)
+        value = verdict.value if verdict.status is Status.COMPLETED and verdict.has_value else self.guard.last_good
+        if self.unwrap_values:
+            value = _output_of(value)
+        outcome = self.guard.end(
+            dataclasses.replace(verdict, value=value), in_flight=in_flight, result=result, pause_id=pause_id
+        )
+        if self.on_refusal == "raise" and verdict is self.verdict and outcome.status is not Status.COMPLETED:
+            raise self.raises(outcome)
+        return outcome
+
+    def pause(self, state: str, pending_calls: Sequence[Mapping[str, Any]], detail: str) -> Outcome:
+        """End the task as ``needs_human/approval`` with the pause stored (the state, its pending calls, the
+        task's budget and counters)."""
+        return self.guard.pause(state, pending_calls, detail=detail)
+
+
+def jsonable(value: Any) -> Any:
+    """A tool output in a form the ledger can store (pydantic models and dataclasses become dicts)."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def _output_of(result: Any) -> Any:
+    """The tool output inside an engine result ``{"status": ..., "output": ...}``."""
+    if isinstance(result, Mapping) and set(result) == {"status", "output"}:
+        return result["output"]
+    return result
