@@ -131,7 +131,7 @@ def test_a_forced_function_is_released_like_required() -> None:
 
 def test_tool_choice_auto_is_kept_while_work_remains_then_released_like_the_raw_loop() -> None:
     """R12, one rule for both adapters: once no work remains the request offers no tool call at all (the raw loop
-    always did this; the SDK adapter used to leave ``auto`` in place, so a model could spend a turn on a refused call)."""
+    always did this; the SDK adapter used to leave ``auto``, so a model could spend a turn on a refused call)."""
     model = ScriptedModel(script(2))
     outcome = asyncio.run(run_guarded(forced(model, guarded_check, choice="auto"), "check", budget=BUDGET))
     assert sent_choices(model) == ["auto", "auto", "none"] and outcome.status is Status.COMPLETED
