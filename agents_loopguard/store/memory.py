@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,7 +38,10 @@ from .rules import (
     unknown_task,
 )
 
-__all__ = ["MemoryStore"]
+__all__ = ["DEFAULT_TRACE_LIMIT", "MemoryStore"]
+
+DEFAULT_TRACE_LIMIT = 1000
+"""Trace entries a :class:`MemoryStore` keeps per task by default (the most recent ones)."""
 
 
 @dataclass
@@ -46,6 +50,10 @@ class _Task:
     budget: Budget
     revision: int
     created_at: float
+    trace: deque[TraceEntry]
+    """The most recent entries (a deque with the store's ``trace_limit`` as its maxlen)."""
+    traced: int = 0
+    """Entries ever appended: the sequence number of the last one."""
     models: int = 0
     tools: int = 0
     cost: float = 0.0
@@ -55,9 +63,8 @@ class _Task:
     outcome: dict[str, Any] | None = None
     updated_at: float = 0.0
     repeats: dict[str, tuple[int, float]] = field(default_factory=dict)
-    """key ``fingerprint@revision`` -> (executions, first_at)."""
+    """fingerprint -> (executions, first_at) at the current revision only (older revisions are never read again)."""
     seen: set[str] = field(default_factory=set)
-    trace: list[TraceEntry] = field(default_factory=list)
 
     @property
     def used(self) -> Usage:
@@ -79,22 +86,48 @@ class _Task:
 
     def append(self, entry: TraceEntry) -> None:
         self.trace.append(entry)
+        self.traced += 1
 
     def advance(self, revision: int) -> None:
+        """Raise the revision: the repetition counts of the old one can never be read again."""
         self.revision, self.stalled = revision, 0
+        self.repeats.clear()
 
 
 class MemoryStore(Store):
     """A :class:`~agents_loopguard.store.base.Store` in a dict, for one process.
+
+    What it keeps per task is bounded, so a long-lived process does not grow with the length of its tasks:
+
+    * the trace keeps the last ``trace_limit`` entries of each task (default :data:`DEFAULT_TRACE_LIMIT`; ``None``
+      keeps them all); :meth:`trace` returns them with their sequence numbers since the task began, so a gap at the
+      start shows what was dropped. The trace is a record for people: no decision reads it;
+    * repetition counts are kept for the task's current revision only: the revision never goes back, and a
+      reservation reads the count at the current revision, so a count of an older one can never decide again.
+
+    The seen cursors and record ids are kept whole: forgetting one would let a pagination cycle pass as new (R9);
+    each comes from an execution counted against the tool budget, which bounds them. Tasks, the ledger, pauses,
+    activations and transitions are kept as long as the store lives (they are the decisions themselves).
 
     >>> from agents_loopguard import Budget
     >>> store = MemoryStore()
     >>> _ = store.ensure_task("t1", Budget(model_turns=1, tool_executions=1))
     >>> store.reserve_turn("t1").granted, store.reserve_turn("t1").reason
     (True, <Reason.MODEL_BUDGET: 'model_budget'>)
+    >>> bounded = MemoryStore(trace_limit=2)
+    >>> _ = bounded.ensure_task("t2", Budget(model_turns=5, tool_executions=0))
+    >>> _ = [bounded.reserve_turn("t2") for _ in range(5)]
+    >>> [entry.seq for entry in bounded.trace("t2")]
+    [4, 5]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, trace_limit: int | None = DEFAULT_TRACE_LIMIT) -> None:
+        if trace_limit is not None and (
+            isinstance(trace_limit, bool) or not isinstance(trace_limit, int) or trace_limit < 1
+        ):
+            raise ValueError(f"trace_limit must be an int >= 1 or None (keep every entry), got {trace_limit!r}")
+        self.trace_limit = trace_limit
+        """Trace entries kept per task (the most recent); None keeps every entry."""
         self._lock = threading.RLock()
         self._tasks: dict[str, _Task] = {}
         self._operations: dict[str, OperationRecord] = {}
@@ -114,7 +147,8 @@ class MemoryStore(Store):
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
-                task = _Task(task_id, budget, revision, now, updated_at=now)
+                trace: deque[TraceEntry] = deque(maxlen=self.trace_limit)
+                task = _Task(task_id, budget, revision, now, trace, updated_at=now)
                 self._tasks[task_id] = task
             return task.snapshot()
 
@@ -159,14 +193,13 @@ class MemoryStore(Store):
     ) -> Grant:
         with self._lock:
             task = self._task(task_id)
-            key = f"{fingerprint}@{task.revision}"
-            count, first_at = task.repeats.get(key, (0, now))
+            count, first_at = task.repeats.get(fingerprint, (0, now))
             refusal = execution_refusal(
                 task, count, first_at, max_repeats=max_repeats, now=now, poll=poll, max_wait=max_wait
             )
             if refusal is not None:
                 return refusal
-            task.repeats[key] = (count + 1, first_at)
+            task.repeats[fingerprint] = (count + 1, first_at)
             task.tools += 1
             task.updated_at = now
             return Grant(True, None, task.used, task.revision)
@@ -278,7 +311,9 @@ class MemoryStore(Store):
 
     def trace(self, task_id: str) -> list[TraceEntry]:
         with self._lock:
-            return [replace(entry, seq=seq) for seq, entry in enumerate(self._task(task_id).trace, 1)]
+            task = self._task(task_id)
+            first = task.traced - len(task.trace) + 1
+            return [replace(entry, seq=seq) for seq, entry in enumerate(task.trace, first)]
 
     # stop mark and terminal outcome
 
