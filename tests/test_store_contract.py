@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from agents_loopguard import Budget, create_runner
 from agents_loopguard.outcome import Reason, Usage
 from agents_loopguard.store import (
+    Grant,
     MemoryStore,
     OperationState,
     PauseAlreadyResumed,
@@ -158,6 +159,168 @@ def test_cost_is_reserved_against_the_budget_and_settled(store: Store) -> None:
     assert store.settle_cost("t", 1.0, 0.0).cost == 0.0  # never below zero
     store.ensure_task("free", BIG)
     assert store.reserve_cost("free", 1e9).granted
+
+
+# --- refusals: one rule and one wording on every backend ----------------------------------------------------------
+
+
+def _stopped(store: Store, reserve: Callable[[Store], Grant]) -> Grant:
+    store.ensure_task("t", BIG)
+    assert store.reserve_execution("t", "a", max_repeats=2).granted
+    store.request_stop("t", "operator says stop")
+    return reserve(store)
+
+
+def _finished(store: Store, reserve: Callable[[Store], Grant]) -> Grant:
+    store.ensure_task("t", BIG)
+    store.finish("t", {"status": "partial", "reason": "plan_exhausted"})
+    return reserve(store)
+
+
+def _at_revision_3(store: Store, budget: Budget = BIG) -> None:
+    store.ensure_task("t", budget)
+    store.record_execution("t", tool_entry(), revision=3)
+
+
+def _same_call(store: Store) -> Grant:
+    _at_revision_3(store)
+    for _ in range(2):
+        assert store.reserve_execution("t", "fp", max_repeats=2).granted
+    return store.reserve_execution("t", "fp", max_repeats=2)
+
+
+def _same_call_before_the_tool_budget(store: Store) -> Grant:
+    _at_revision_3(store, Budget(model_turns=9, tool_executions=2))
+    for _ in range(2):
+        assert store.reserve_execution("t", "fp", max_repeats=2).granted
+    return store.reserve_execution("t", "fp", max_repeats=2)
+
+
+def _no_repeat_allowed(store: Store) -> Grant:
+    _at_revision_3(store)
+    return store.reserve_execution("t", "fp", max_repeats=0)
+
+
+def _polls(store: Store) -> Grant:
+    _at_revision_3(store)
+    for i in range(3):
+        assert store.reserve_execution("t", "job", max_repeats=3, now=i, poll=True).granted
+    return store.reserve_execution("t", "job", max_repeats=3, now=3, poll=True)
+
+
+def _waited(store: Store) -> Grant:
+    _at_revision_3(store)
+    assert store.reserve_execution("t", "job", max_repeats=9, now=0, max_wait=5, poll=True).granted
+    return store.reserve_execution("t", "job", max_repeats=9, now=5, max_wait=5, poll=True)
+
+
+def _tool_budget(store: Store) -> Grant:
+    _at_revision_3(store, Budget(model_turns=9, tool_executions=1))
+    assert store.reserve_execution("t", "a", max_repeats=2).granted
+    return store.reserve_execution("t", "b", max_repeats=2)
+
+
+def _model_budget(store: Store) -> Grant:
+    store.ensure_task("t", Budget(model_turns=1, tool_executions=0))
+    assert store.reserve_turn("t").granted
+    return store.reserve_turn("t")
+
+
+def _cost_budget(store: Store) -> Grant:
+    store.ensure_task("t", Budget(model_turns=1, tool_executions=1, cost=1.0))
+    assert store.reserve_cost("t", 0.75).granted
+    return store.reserve_cost("t", 0.5)
+
+
+def _write(setup: Callable[[Store], None], max_repeats: int = 2, tool_executions: int = 9) -> Callable[[Store], Grant]:
+    """A refused write: the grant of ``reserve_write`` after ``setup``; the operation is never claimed."""
+
+    def reserve(store: Store) -> Grant:
+        _at_revision_3(store, Budget(model_turns=9, tool_executions=tool_executions))
+        setup(store)
+        reservation = store.reserve_write("t", "op-new", "fp-w", "save", max_repeats=max_repeats)
+        assert reservation.claim is None and reservation.grant is not None
+        assert store.lookup_operation("op-new") is None
+        return reservation.grant
+
+    return reserve
+
+
+def _run_twice(store: Store) -> None:
+    for n in (1, 2):
+        assert store.reserve_write("t", f"op-{n}", "fp-w", "save", max_repeats=2).grant is not None
+
+
+def _turn(store: Store) -> Grant:
+    return store.reserve_turn("t")
+
+
+def _execution(store: Store) -> Grant:
+    return store.reserve_execution("t", "b", max_repeats=2)
+
+
+def _cost(store: Store) -> Grant:
+    return store.reserve_cost("t", 0.1)
+
+
+def _new_write(store: Store) -> Grant:
+    reservation = store.reserve_write("t", "op-1", "fp", "save", max_repeats=2)
+    assert reservation.grant is not None
+    return reservation.grant
+
+
+SAME_CALL_AT_3 = "the same call already ran 2 times at revision 3 (allowed: 2)"
+REFUSALS: dict[str, tuple[Callable[[Store], Grant], Reason, str]] = {
+    "stop mark / turn": (lambda s: _stopped(s, _turn), Reason.STOP_REQUESTED, "stop mark: operator says stop"),
+    "stop mark / execution": (
+        lambda s: _stopped(s, _execution),
+        Reason.STOP_REQUESTED,
+        "stop mark: operator says stop",
+    ),
+    "stop mark / cost": (lambda s: _stopped(s, _cost), Reason.STOP_REQUESTED, "stop mark: operator says stop"),
+    "stop mark / write": (lambda s: _stopped(s, _new_write), Reason.STOP_REQUESTED, "stop mark: operator says stop"),
+    "finished / turn": (lambda s: _finished(s, _turn), Reason.STOP_REQUESTED, "task already partial"),
+    "finished / execution": (lambda s: _finished(s, _execution), Reason.STOP_REQUESTED, "task already partial"),
+    "same_call": (_same_call, Reason.SAME_CALL, SAME_CALL_AT_3),
+    "same_call before tool_budget": (_same_call_before_the_tool_budget, Reason.SAME_CALL, SAME_CALL_AT_3),
+    "same_call, none allowed": (
+        _no_repeat_allowed,
+        Reason.SAME_CALL,
+        "the same call already ran 0 times at revision 3 (allowed: 0)",
+    ),
+    "wait_budget / polls": (
+        _polls,
+        Reason.WAIT_BUDGET,
+        "the job is still pending after 3 polls at revision 3 (allowed: 3)",
+    ),
+    "wait_budget / max_wait": (_waited, Reason.WAIT_BUDGET, "waited past max_wait"),
+    "tool_budget": (_tool_budget, Reason.TOOL_BUDGET, "the task has no tool executions left (1 of 1 used)"),
+    "model_budget": (_model_budget, Reason.MODEL_BUDGET, "the task has no model turns left (1 of 1 used)"),
+    "cost_budget": (_cost_budget, Reason.COST_BUDGET, "reserving 0.5 would exceed the cost budget (1; used 0.75)"),
+    "write / same_call": (_write(_run_twice), Reason.SAME_CALL, SAME_CALL_AT_3),
+    "write / same_call, none allowed": (
+        _write(lambda s: None, max_repeats=0),
+        Reason.SAME_CALL,
+        "the same call already ran 0 times at revision 3 (allowed: 0)",
+    ),
+    "write / tool_budget": (
+        _write(_run_twice, max_repeats=3, tool_executions=2),
+        Reason.TOOL_BUDGET,
+        "the task has no tool executions left (2 of 2 used)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_each_refusal_has_the_same_reason_and_words_on_every_backend(store: Store, case: str) -> None:
+    """The refusal rules are written once (store/rules.py): MemoryStore decides with them, SQLStore explains its
+    refused statement with them, so reason, detail, counters and revision are the same everywhere."""
+    reserve, reason, detail = REFUSALS[case]
+    expected = reserve(MemoryStore())
+    got = reserve(store)
+    assert (got.granted, got.reason, got.detail) == (False, reason, detail)
+    assert (got.used, got.revision) == (expected.used, expected.revision)
+    assert (expected.granted, expected.reason, expected.detail) == (False, reason, detail)
 
 
 # --- the ledger --------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Implementations: :class:`~agents_loopguard.store.memory.MemoryStore` (one proces
 from __future__ import annotations
 
 import abc
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -40,6 +41,7 @@ __all__ = [
     "TraceEntry",
     "TransitionRecord",
     "WriteReservation",
+    "operation_blocks",
 ]
 
 
@@ -63,6 +65,18 @@ class OperationState(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def operation_blocks(state: OperationState | str, payload: str, fingerprint: str) -> bool:
+    """True when an operation already in the ledger may not run again for a call with ``fingerprint``.
+
+    Only a verified non-execution (``not_committed``) of the same payload may be retried; a committed, unknown or
+    other-payload operation is answered from the ledger, and no counter moves.
+
+    >>> operation_blocks("not_committed", "fp", "fp"), operation_blocks("committed", "fp", "fp")
+    (False, True)
+    """
+    return not (OperationState(state) is OperationState.NOT_COMMITTED and payload == fingerprint)
 
 
 @dataclass(frozen=True)
@@ -225,6 +239,38 @@ class TransitionRecord:
     budget_delta: dict[str, Any] = field(default_factory=dict)
     """Explicit extension of the limits: model_turns, tool_executions, cost (added), deadline (replaced)."""
 
+    @classmethod
+    def new(
+        cls,
+        task_id: str,
+        kind: str,
+        who: str,
+        why: str,
+        at: float,
+        *,
+        pause_id: str | None = None,
+        from_outcome: dict[str, Any] | None = None,
+        decisions: dict[str, str] | None = None,
+        budget_delta: dict[str, Any] | None = None,
+    ) -> TransitionRecord:
+        """A transition with a new id (``tr-`` and 12 hex digits).
+
+        >>> TransitionRecord.new("t-1", "recover", "lead", "two more turns", 5.0).transition_id.startswith("tr-")
+        True
+        """
+        return cls(
+            f"tr-{uuid.uuid4().hex[:12]}",
+            task_id,
+            kind,
+            who,
+            why,
+            at,
+            pause_id,
+            from_outcome,
+            dict(decisions or {}),
+            dict(budget_delta or {}),
+        )
+
 
 class Store(abc.ABC):
     """The persistence interface of the guard. Every method is atomic."""
@@ -309,9 +355,7 @@ class Store(abc.ABC):
         execution); :class:`~agents_loopguard.store.sql.SQLStore` does it atomically, in one statement on PostgreSQL.
         """
         existing = self.lookup_operation(operation_id)
-        if existing is not None and not (
-            existing.state is OperationState.NOT_COMMITTED and existing.payload == fingerprint
-        ):
+        if existing is not None and operation_blocks(existing.state, existing.payload, fingerprint):
             return WriteReservation(None, OperationClaim(False, existing))
         grant = self.reserve_execution(task_id, fingerprint, max_repeats=max_repeats, now=now)
         if not grant.granted:

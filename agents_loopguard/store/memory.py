@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -16,22 +16,32 @@ from .base import (
     Activation,
     Grant,
     InputError,
-    NotFoundError,
     OperationClaim,
     OperationRecord,
     OperationState,
-    PauseAlreadyResumed,
     PauseRecord,
     Progress,
-    StateError,
     Store,
     TaskSnapshot,
     TraceEntry,
     TransitionRecord,
     WriteReservation,
 )
+from .rules import (
+    check_claim,
+    check_decide,
+    check_reconcile,
+    check_recover,
+    cost_refusal,
+    execution_refusal,
+    turn_refusal,
+    unknown_task,
+)
 
-__all__ = ["MemoryStore"]
+__all__ = ["DEFAULT_TRACE_LIMIT", "MemoryStore"]
+
+DEFAULT_TRACE_LIMIT = 1000
+"""Trace entries a :class:`MemoryStore` keeps per task by default (the most recent ones)."""
 
 
 @dataclass
@@ -40,6 +50,10 @@ class _Task:
     budget: Budget
     revision: int
     created_at: float
+    trace: deque[TraceEntry]
+    """The most recent entries (a deque with the store's ``trace_limit`` as its maxlen)."""
+    traced: int = 0
+    """Entries ever appended: the sequence number of the last one."""
     models: int = 0
     tools: int = 0
     cost: float = 0.0
@@ -48,18 +62,19 @@ class _Task:
     stop_reason: str | None = None
     outcome: dict[str, Any] | None = None
     updated_at: float = 0.0
-    repeats: dict[str, list[float]] = field(default_factory=dict)  # key -> [count, first_at]
+    repeats: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """fingerprint -> (executions, first_at) at the current revision only (older revisions are never read again)."""
     seen: set[str] = field(default_factory=set)
-    trace: list[TraceEntry] = field(default_factory=list)
 
-    def usage(self) -> Usage:
+    @property
+    def used(self) -> Usage:
         return Usage(self.models, self.tools, self.cost)
 
     def snapshot(self) -> TaskSnapshot:
         return TaskSnapshot(
             task_id=self.task_id,
             budget=self.budget,
-            used=self.usage(),
+            used=self.used,
             revision=self.revision,
             stalled=self.stalled,
             status=self.status,
@@ -69,24 +84,50 @@ class _Task:
             updated_at=self.updated_at,
         )
 
-    def blocked(self) -> Grant | None:
-        if self.stop_reason is not None or self.status != "running":
-            detail = f"stop mark: {self.stop_reason}" if self.stop_reason else f"task already {self.status}"
-            return Grant(False, Reason.STOP_REQUESTED, self.usage(), self.revision, detail)
-        return None
+    def append(self, entry: TraceEntry) -> None:
+        self.trace.append(entry)
+        self.traced += 1
+
+    def advance(self, revision: int) -> None:
+        """Raise the revision: the repetition counts of the old one can never be read again."""
+        self.revision, self.stalled = revision, 0
+        self.repeats.clear()
 
 
 class MemoryStore(Store):
     """A :class:`~agents_loopguard.store.base.Store` in a dict, for one process.
+
+    What it keeps per task is bounded, so a long-lived process does not grow with the length of its tasks:
+
+    * the trace keeps the last ``trace_limit`` entries of each task (default :data:`DEFAULT_TRACE_LIMIT`; ``None``
+      keeps them all); :meth:`trace` returns them with their sequence numbers since the task began, so a gap at the
+      start shows what was dropped. The trace is a record for people: no decision reads it;
+    * repetition counts are kept for the task's current revision only: the revision never goes back, and a
+      reservation reads the count at the current revision, so a count of an older one can never decide again.
+
+    The seen cursors and record ids are kept whole: forgetting one would let a pagination cycle pass as new (R9);
+    each comes from an execution counted against the tool budget, which bounds them. Tasks, the ledger, pauses,
+    activations and transitions are kept as long as the store lives (they are the decisions themselves).
 
     >>> from agents_loopguard import Budget
     >>> store = MemoryStore()
     >>> _ = store.ensure_task("t1", Budget(model_turns=1, tool_executions=1))
     >>> store.reserve_turn("t1").granted, store.reserve_turn("t1").reason
     (True, <Reason.MODEL_BUDGET: 'model_budget'>)
+    >>> bounded = MemoryStore(trace_limit=2)
+    >>> _ = bounded.ensure_task("t2", Budget(model_turns=5, tool_executions=0))
+    >>> _ = [bounded.reserve_turn("t2") for _ in range(5)]
+    >>> [entry.seq for entry in bounded.trace("t2")]
+    [4, 5]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, trace_limit: int | None = DEFAULT_TRACE_LIMIT) -> None:
+        if trace_limit is not None and (
+            isinstance(trace_limit, bool) or not isinstance(trace_limit, int) or trace_limit < 1
+        ):
+            raise ValueError(f"trace_limit must be an int >= 1 or None (keep every entry), got {trace_limit!r}")
+        self.trace_limit = trace_limit
+        """Trace entries kept per task (the most recent); None keeps every entry."""
         self._lock = threading.RLock()
         self._tasks: dict[str, _Task] = {}
         self._operations: dict[str, OperationRecord] = {}
@@ -98,7 +139,7 @@ class MemoryStore(Store):
         try:
             return self._tasks[task_id]
         except KeyError:
-            raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first") from None
+            raise unknown_task(task_id) from None
 
     # tasks and counters
 
@@ -106,7 +147,9 @@ class MemoryStore(Store):
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
-                task = self._tasks[task_id] = _Task(task_id, budget, revision, created_at=now, updated_at=now)
+                trace: deque[TraceEntry] = deque(maxlen=self.trace_limit)
+                task = _Task(task_id, budget, revision, now, trace, updated_at=now)
+                self._tasks[task_id] = task
             return task.snapshot()
 
     def task(self, task_id: str) -> TaskSnapshot | None:
@@ -121,14 +164,12 @@ class MemoryStore(Store):
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
         with self._lock:
             task = self._task(task_id)
-            refusal = task.blocked()
-            if refusal:
+            refusal = turn_refusal(task)
+            if refusal is not None:
                 return refusal
-            if task.models >= task.budget.model_turns:
-                return Grant(False, Reason.MODEL_BUDGET, task.usage(), task.revision)
             task.models += 1
             task.updated_at = now
-            task.trace.append(
+            task.append(
                 TraceEntry(
                     kind="model",
                     result_class="reserved",
@@ -138,7 +179,7 @@ class MemoryStore(Store):
                     at=now,
                 )
             )
-            return Grant(True, None, task.usage(), task.revision)
+            return Grant(True, None, task.used, task.revision)
 
     def reserve_execution(
         self,
@@ -152,39 +193,31 @@ class MemoryStore(Store):
     ) -> Grant:
         with self._lock:
             task = self._task(task_id)
-            refusal = task.blocked()
-            if refusal:
+            count, first_at = task.repeats.get(fingerprint, (0, now))
+            refusal = execution_refusal(
+                task, count, first_at, max_repeats=max_repeats, now=now, poll=poll, max_wait=max_wait
+            )
+            if refusal is not None:
                 return refusal
-            key = f"{fingerprint}@{task.revision}"
-            count, first_at = task.repeats.get(key, (0, now))
-            if count >= max_repeats:
-                return Grant(False, Reason.WAIT_BUDGET if poll else Reason.SAME_CALL, task.usage(), task.revision)
-            if poll and max_wait is not None and count and now - first_at >= max_wait:
-                return Grant(False, Reason.WAIT_BUDGET, task.usage(), task.revision, "waited past max_wait")
-            if task.tools >= task.budget.tool_executions:
-                return Grant(False, Reason.TOOL_BUDGET, task.usage(), task.revision)
-            task.repeats[key] = [count + 1, first_at]
+            task.repeats[fingerprint] = (count + 1, first_at)
             task.tools += 1
             task.updated_at = now
-            return Grant(True, None, task.usage(), task.revision)
+            return Grant(True, None, task.used, task.revision)
 
     def reserve_cost(self, task_id: str, amount: float) -> Grant:
         with self._lock:
             task = self._task(task_id)
-            refusal = task.blocked()
-            if refusal:
+            refusal = cost_refusal(task, amount)
+            if refusal is not None:
                 return refusal
-            limit = task.budget.cost
-            if limit is not None and task.cost + amount > limit:
-                return Grant(False, Reason.COST_BUDGET, task.usage(), task.revision)
             task.cost += amount
-            return Grant(True, None, task.usage(), task.revision)
+            return Grant(True, None, task.used, task.revision)
 
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         with self._lock:
             task = self._task(task_id)
             task.cost = max(0.0, task.cost - reserved + actual)
-            return task.usage()
+            return task.used
 
     # the operation ledger
 
@@ -233,11 +266,7 @@ class MemoryStore(Store):
     ) -> OperationRecord:
         state = OperationState(state)
         with self._lock:
-            old = self._operations.get(operation_id)
-            if old is None:
-                raise NotFoundError(f"unknown operation {operation_id!r}")
-            if old.state is not OperationState.UNKNOWN:
-                raise StateError(f"operation {operation_id!r} is {old.state}, not unknown: nothing to reconcile")
+            old = check_reconcile(operation_id, self._operations.get(operation_id))
             if state is OperationState.UNKNOWN:
                 return old
             record = replace(old, state=state, result=copy.deepcopy(result), updated_at=now)
@@ -267,23 +296,24 @@ class MemoryStore(Store):
                     )
             if revision is not None:
                 if revision > task.revision:
-                    task.revision, task.stalled = revision, 0
+                    task.advance(revision)
                 elif not pending:
                     task.stalled += 1
             seen_before = tuple(key in task.seen for key in seen)
             task.seen.update(seen)
-            task.trace.append(entry)
+            task.append(entry)
             task.updated_at = entry.at
-            return Progress(task.revision, task.stalled, seen_before, task.usage())
+            return Progress(task.revision, task.stalled, seen_before, task.used)
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         with self._lock:
-            task = self._task(task_id)
-            task.trace.append(entry)
+            self._task(task_id).append(entry)
 
     def trace(self, task_id: str) -> list[TraceEntry]:
         with self._lock:
-            return [replace(entry, seq=seq) for seq, entry in enumerate(self._task(task_id).trace, 1)]
+            task = self._task(task_id)
+            first = task.traced - len(task.trace) + 1
+            return [replace(entry, seq=seq) for seq, entry in enumerate(task.trace, first)]
 
     # stop mark and terminal outcome
 
@@ -375,7 +405,7 @@ class MemoryStore(Store):
                 digest,
                 tuple(copy.deepcopy(list(pending_calls))),
                 task.budget,
-                task.usage(),
+                task.used,
                 created_at=now,
             )
             self._pauses[pause_id] = record
@@ -396,14 +426,7 @@ class MemoryStore(Store):
         self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
     ) -> PauseRecord:
         with self._lock:
-            record = self._pauses.get(pause_id)
-            if record is None:
-                raise NotFoundError(f"unknown pause {pause_id!r}")
-            if record.status != "pending":
-                raise PauseAlreadyResumed(
-                    f"pause {pause_id!r} is {record.status} (by {record.decided_by or record.resumed_by!r}): "
-                    "its decisions are final"
-                )
+            record = check_decide(pause_id, self._pauses.get(pause_id))
             decided = replace(record, status="decided", decisions=dict(decisions), decided_by=who)
             self._pauses[pause_id] = decided
             return decided
@@ -412,29 +435,20 @@ class MemoryStore(Store):
         self, pause_id: str, *, who: str, decisions: dict[str, str] | None = None, why: str = "", now: float = 0.0
     ) -> tuple[PauseRecord, TransitionRecord]:
         with self._lock:
-            record = self._pauses.get(pause_id)
-            if record is None:
-                raise NotFoundError(f"unknown pause {pause_id!r}")
-            if record.status == "resumed":
-                raise PauseAlreadyResumed(
-                    f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once"
-                )
+            record = check_claim(pause_id, self._pauses.get(pause_id), decisions=decisions is not None)
             applied = dict(record.decisions) if decisions is None else dict(decisions)
-            if decisions is None and record.status != "decided":
-                raise StateError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
             task = self._task(record.task_id)
             claimed = replace(record, status="resumed", resumed_at=now, resumed_by=who, decisions=applied)
             self._pauses[pause_id] = claimed
-            transition = TransitionRecord(
-                f"tr-{uuid.uuid4().hex[:12]}",
+            transition = TransitionRecord.new(
                 record.task_id,
                 "resume",
                 who,
                 why,
                 now,
-                pause_id,
-                copy.deepcopy(task.outcome),
-                applied,
+                pause_id=pause_id,
+                from_outcome=copy.deepcopy(task.outcome),
+                decisions=applied,
             )
             self._transitions.append(transition)
             task.outcome, task.status, task.updated_at = None, "running", now
@@ -452,21 +466,11 @@ class MemoryStore(Store):
     ) -> TransitionRecord:
         with self._lock:
             task = self._task(task_id)
-            if task.status == "running" and (task.stop_reason is None or kind != "recover"):
-                raise StateError(f"task {task_id!r} is running: there is nothing to recover")
+            check_recover(task_id, task, kind)
             delta = dict(budget_delta or {})
             task.budget = task.budget.extended(delta)
-            transition = TransitionRecord(
-                f"tr-{uuid.uuid4().hex[:12]}",
-                task_id,
-                kind,
-                who,
-                why,
-                now,
-                None,
-                copy.deepcopy(task.outcome),
-                {},
-                delta,
+            transition = TransitionRecord.new(
+                task_id, kind, who, why, now, from_outcome=copy.deepcopy(task.outcome), budget_delta=delta
             )
             self._transitions.append(transition)
             if kind == "recover":

@@ -1,0 +1,247 @@
+"""The store's refusal rules, written once: whether a reservation is refused, why, and in what words.
+
+Each rule is a pure function of what the store holds for a task (its limits, counters, revision, status and stop
+mark) and, for a tool execution, of how often the same call already ran at that revision. Every backend answers
+with these words: :class:`~agents_loopguard.store.memory.MemoryStore` calls them to *decide*;
+:class:`~agents_loopguard.store.sql.SQLStore` decides in one conditional SQL statement (atomic across workers) and
+calls them on the row that statement saw to *explain* a refusal. The SQL conditions are these rules, so when a
+rule finds nothing to refuse on that row, the statement lost a race and runs again.
+
+The order is part of the rule: the stop mark (or a finished task) first, then the repetition of the same call (or
+the wait policy of a poll), then the budget.
+
+The operator steps (reconcile an operation, decide or claim a pause, recover a task) are refused by the state of
+what they name; those refusals are errors of the right family, also worded once here (the ``check_*`` functions).
+
+>>> from agents_loopguard import Budget
+>>> task = TaskState(Budget(model_turns=2, tool_executions=1), Usage(models=2))
+>>> turn_refusal(task).detail
+'the task has no model turns left (2 of 2 used)'
+>>> execution_refusal(task, 2, 0.0, max_repeats=2).detail
+'the same call already ran 2 times at revision 0 (allowed: 2)'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..budget import Budget
+from ..errors import NotFoundError, StateError
+from ..outcome import Reason, Usage
+from .base import Grant, OperationRecord, OperationState, PauseAlreadyResumed, PauseRecord
+
+__all__ = [
+    "WAITED_PAST_MAX_WAIT",
+    "TaskState",
+    "TaskView",
+    "check_claim",
+    "check_decide",
+    "check_reconcile",
+    "check_recover",
+    "cost_refusal",
+    "execution_refusal",
+    "stop_refusal",
+    "turn_refusal",
+    "unknown_task",
+]
+
+WAITED_PAST_MAX_WAIT = "waited past max_wait"
+"""The detail of a poll refused because its job stayed pending longer than the wait policy allows."""
+
+
+class TaskView(Protocol):
+    """What the rules read of a task; a :class:`~agents_loopguard.store.base.TaskSnapshot` is one."""
+
+    @property
+    def budget(self) -> Budget:
+        """The limits (the rules read model_turns, tool_executions and cost)."""
+
+    @property
+    def used(self) -> Usage:
+        """The counters."""
+
+    @property
+    def revision(self) -> int:
+        """The validated revision."""
+
+    @property
+    def status(self) -> str:
+        """``running`` or the terminal status."""
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The stop mark, if set."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """A :class:`TaskView` made of plain values (what a store builds from a row it read).
+
+    >>> TaskState(Budget(model_turns=1, tool_executions=1)).status
+    'running'
+    """
+
+    budget: Budget
+    used: Usage = field(default_factory=Usage)
+    revision: int = 0
+    status: str = "running"
+    stop_reason: str | None = None
+
+
+def _refused(task: TaskView, reason: Reason, detail: str) -> Grant:
+    return Grant(False, reason, task.used, task.revision, detail)
+
+
+def stop_refusal(task: TaskView) -> Grant | None:
+    """The refusal of every reservation of a task that carries a stop mark or has finished.
+
+    >>> stop_refusal(TaskState(Budget(1, 1), stop_reason="operator")).detail
+    'stop mark: operator'
+    >>> stop_refusal(TaskState(Budget(1, 1), status="partial")).detail
+    'task already partial'
+    >>> stop_refusal(TaskState(Budget(1, 1))) is None
+    True
+    """
+    if task.stop_reason is not None:
+        return _refused(task, Reason.STOP_REQUESTED, f"stop mark: {task.stop_reason}")
+    if task.status != "running":
+        return _refused(task, Reason.STOP_REQUESTED, f"task already {task.status}")
+    return None
+
+
+def turn_refusal(task: TaskView) -> Grant | None:
+    """Why one more model turn is refused (stop_requested, model_budget), or None when it may be reserved.
+
+    >>> turn_refusal(TaskState(Budget(model_turns=1, tool_executions=0))) is None
+    True
+    """
+    refusal = stop_refusal(task)
+    if refusal is not None:
+        return refusal
+    used, limit = task.used.models, task.budget.model_turns
+    if used >= limit:
+        return _refused(task, Reason.MODEL_BUDGET, f"the task has no model turns left ({used} of {limit} used)")
+    return None
+
+
+def execution_refusal(
+    task: TaskView,
+    repeats: int,
+    first_at: float | None,
+    *,
+    max_repeats: int,
+    now: float = 0.0,
+    poll: bool = False,
+    max_wait: float | None = None,
+) -> Grant | None:
+    """Why one more execution of a call is refused, or None when it may be reserved.
+
+    ``repeats`` is how many times the same fingerprint already ran at the task's revision, ``first_at`` when it
+    first did. In order: stop_requested; same_call (wait_budget for a poll) once it ran ``max_repeats`` times; for a
+    poll with ``max_wait``, wait_budget once ``now - first_at`` reached it; tool_budget when no execution is left.
+
+    >>> task = TaskState(Budget(model_turns=0, tool_executions=5), revision=3)
+    >>> execution_refusal(task, 1, 0.0, max_repeats=10, now=30.0, poll=True, max_wait=30.0).detail
+    'waited past max_wait'
+    >>> execution_refusal(task, 10, 0.0, max_repeats=10, poll=True).detail
+    'the job is still pending after 10 polls at revision 3 (allowed: 10)'
+    """
+    refusal = stop_refusal(task)
+    if refusal is not None:
+        return refusal
+    revision = task.revision
+    if repeats >= max_repeats:
+        if poll:
+            detail = f"the job is still pending after {repeats} polls at revision {revision} (allowed: {max_repeats})"
+            return _refused(task, Reason.WAIT_BUDGET, detail)
+        detail = f"the same call already ran {repeats} times at revision {revision} (allowed: {max_repeats})"
+        return _refused(task, Reason.SAME_CALL, detail)
+    if poll and max_wait is not None and repeats and first_at is not None and now - first_at >= max_wait:
+        return _refused(task, Reason.WAIT_BUDGET, WAITED_PAST_MAX_WAIT)
+    used, limit = task.used.tools, task.budget.tool_executions
+    if used >= limit:
+        return _refused(task, Reason.TOOL_BUDGET, f"the task has no tool executions left ({used} of {limit} used)")
+    return None
+
+
+def cost_refusal(task: TaskView, amount: float) -> Grant | None:
+    """Why reserving ``amount`` of money is refused (stop_requested, cost_budget), or None when it fits.
+
+    A reservation fits when ``used + amount <= limit`` (a task without a cost limit always fits).
+
+    >>> cost_refusal(TaskState(Budget(1, 1, cost=1.0), Usage(cost=0.75)), 0.5).detail
+    'reserving 0.5 would exceed the cost budget (1; used 0.75)'
+    """
+    refusal = stop_refusal(task)
+    if refusal is not None:
+        return refusal
+    used, limit = task.used.cost, task.budget.cost
+    if limit is not None and not used + amount <= limit:  # "not <=": NaN does not fit either, as in SQL
+        return _refused(
+            task,
+            Reason.COST_BUDGET,
+            f"reserving {amount:.6g} would exceed the cost budget ({limit:.6g}; used {used:.6g})",
+        )
+    return None
+
+
+# --- operator steps refused by the state of what they name ---------------------------------------------------------
+
+
+def unknown_task(task_id: str) -> NotFoundError:
+    """The error of a step on a task the store does not hold."""
+    return NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
+
+
+def check_reconcile(operation_id: str, record: OperationRecord | None) -> OperationRecord:
+    """The operation, if it can be reconciled (only an ``unknown`` one can); else the error that says why.
+
+    >>> from agents_loopguard.store.base import OperationRecord
+    >>> check_reconcile("op-1", OperationRecord("op-1", "t", "pay", "fp", OperationState.COMMITTED))
+    Traceback (most recent call last):
+    agents_loopguard.errors.StateError: operation 'op-1' is committed, not unknown: nothing to reconcile
+    """
+    if record is None:
+        raise NotFoundError(f"unknown operation {operation_id!r}")
+    if record.state is not OperationState.UNKNOWN:
+        raise StateError(f"operation {operation_id!r} is {record.state}, not unknown: nothing to reconcile")
+    return record
+
+
+def check_decide(pause_id: str, record: PauseRecord | None) -> PauseRecord:
+    """The pause, if an operator's decisions can be recorded on it (only a pending one takes them); else the error."""
+    if record is None:
+        raise NotFoundError(f"unknown pause {pause_id!r}")
+    if record.status != "pending":
+        by = record.decided_by or record.resumed_by
+        raise PauseAlreadyResumed(f"pause {pause_id!r} is {record.status} (by {by!r}): its decisions are final")
+    return record
+
+
+def check_claim(pause_id: str, record: PauseRecord | None, *, decisions: bool) -> PauseRecord:
+    """The pause, if it can be resumed (once; with decisions, brought by the claimer or recorded); else the error.
+
+    ``decisions``: the claimer brings its own.
+    """
+    if record is None:
+        raise NotFoundError(f"unknown pause {pause_id!r}")
+    if record.status == "resumed":
+        raise PauseAlreadyResumed(
+            f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once"
+        )
+    if not decisions and record.status != "decided":
+        raise StateError(f"pause {pause_id!r} has no recorded decisions: pass them, or decide it first")
+    return record
+
+
+def check_recover(task_id: str, task: TaskView, kind: str) -> None:
+    """Refuse to reopen a running task by a ``kind`` transition: it has nothing to recover, unless it carries a stop
+    mark and the transition is a ``recover`` (which clears it).
+
+    >>> check_recover("t-1", TaskState(Budget(1, 1)), "recover")
+    Traceback (most recent call last):
+    agents_loopguard.errors.StateError: task 't-1' is running: there is nothing to recover
+    """
+    if task.status == "running" and (task.stop_reason is None or kind != "recover"):
+        raise StateError(f"task {task_id!r} is running: there is nothing to recover")

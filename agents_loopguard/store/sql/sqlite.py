@@ -1,0 +1,338 @@
+"""Every store step as a transaction of the Core statements: how SQLite runs all of them.
+
+A step decides with conditional statements and never with a read followed by a write; when a statement refuses,
+the step reads the task row *in the same transaction* and lets the refusal rules (:mod:`..rules`) say why, then
+rolls back. PostgreSQL runs the same transactions for its cold steps (:class:`~.postgres.PostgresSteps` inherits
+them) and replaces the hot ones by one statement each.
+
+Each step takes the cursor of the running step and the ``params`` its store method built (bind values named as
+the statements name them); it raises :class:`~.connection.Rollback` to answer without its changes and
+:class:`~.connection.LostRace` to run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from ...errors import InputError
+from ...outcome import Reason, Usage
+from ..base import (
+    MAX_CHAIN_WALK,
+    Activation,
+    Grant,
+    OperationClaim,
+    OperationRecord,
+    OperationState,
+    PauseRecord,
+    Progress,
+    TaskSnapshot,
+    TransitionRecord,
+    WriteReservation,
+)
+from ..rules import (
+    check_claim,
+    check_decide,
+    check_reconcile,
+    check_recover,
+    cost_refusal,
+    execution_refusal,
+    turn_refusal,
+    unknown_task,
+)
+from .connection import LostRace, Rollback
+from .statements import Statements, execute, fetch_one
+from .tables import (
+    activation,
+    budget,
+    encode,
+    loads,
+    operation,
+    pause,
+    snapshot,
+    task_state,
+    transition_params,
+    usage,
+)
+
+__all__ = ["SQLiteSteps"]
+
+
+class SQLiteSteps:
+    """The store's steps, each one transaction of :class:`~.statements.Statements`."""
+
+    def __init__(self, statements: Statements) -> None:
+        self.st = statements
+
+    def get_task(self, cur: Any, task_id: str) -> Any:
+        row = fetch_one(cur, self.st.task, {"task_id": task_id})
+        if row is None:
+            raise unknown_task(task_id)
+        return row
+
+    def _before_own_increment(self, cur: Any, task_id: str) -> dict[str, Any]:
+        """The task row as it was before this transaction counted one execution (about to be rolled back)."""
+        task = dict(self.get_task(cur, task_id))
+        task["tools"] -= 1
+        return task
+
+    def execution_refusal(self, cur: Any, task: Any, params: dict[str, Any], *, poll: bool = False) -> Grant:
+        """Why the execution was refused, read from ``task`` and its repetition row (else: the step lost a race)."""
+        rep = fetch_one(cur, self.st.repeat_get, {**params, "revision": task["revision"]})
+        count, first_at = (int(rep["count"]), rep["first_at"]) if rep is not None else (0, None)
+        return self.explained(
+            execution_refusal(
+                task_state(task),
+                count,
+                first_at,
+                max_repeats=params["max_repeats"],
+                now=params["now"],
+                poll=poll,
+                max_wait=params.get("max_wait"),
+            )
+        )
+
+    @staticmethod
+    def explained(refusal: Grant | None) -> Grant:
+        """The refusal the rules found; none means the statement lost a race to a concurrent step: run it again."""
+        if refusal is None:
+            raise LostRace
+        return refusal
+
+    # --- tasks and counters -------------------------------------------------------------------------------------------
+
+    def ensure_task(self, cur: Any, params: dict[str, Any]) -> TaskSnapshot:
+        execute(cur, self.st.task_insert, params)
+        return snapshot(self.get_task(cur, params["task_id"]))
+
+    def reserve_turn(self, cur: Any, params: dict[str, Any]) -> Grant:
+        task_id, now = params["task_id"], params["now"]
+        row = fetch_one(cur, self.st.turn, params)
+        if row is None:
+            raise Rollback(self.explained(turn_refusal(task_state(self.get_task(cur, task_id)))))
+        used = usage(row)
+        execute(
+            cur,
+            self.st.trace_insert,
+            {
+                "task_id": task_id,
+                "seq": row["trace_seq"],
+                "kind": "model",
+                "tool": None,
+                "args": None,
+                "result_class": "reserved",
+                "e_revision": row["revision"],
+                "e_models": used.models,
+                "e_tools": used.tools,
+                "fingerprint": None,
+                "operation_id": None,
+                "operation_state": None,
+                "at": now,
+            },
+        )
+        return Grant(True, None, used, int(row["revision"]))
+
+    def reserve_execution(self, cur: Any, params: dict[str, Any], *, poll: bool) -> Grant:
+        task_id = params["task_id"]
+        if params["max_repeats"] < 1:
+            raise Rollback(self.execution_refusal(cur, self.get_task(cur, task_id), params, poll=poll))
+        row = fetch_one(cur, self.st.execution, params)
+        if row is None:
+            raise Rollback(self.execution_refusal(cur, self.get_task(cur, task_id), params, poll=poll))
+        stmt = self.st.repeat_wait if params["max_wait"] is not None else self.st.repeat
+        if fetch_one(cur, stmt, {**params, "revision": row["revision"]}) is None:
+            raise Rollback(self.execution_refusal(cur, self._before_own_increment(cur, task_id), params, poll=poll))
+        return Grant(True, None, usage(row), int(row["revision"]))
+
+    def reserve_write(self, cur: Any, params: dict[str, Any]) -> WriteReservation:
+        task_id = params["task_id"]
+        # The operation first, by its primary key: a new id is inserted as unknown (rolled back if refused).
+        claimed = fetch_one(cur, self.st.op_insert, params)
+        if claimed is None:
+            claimed = fetch_one(cur, self.st.op_reopen, params)  # a verified non-execution, same payload
+            if claimed is None:
+                existing = fetch_one(cur, self.st.op, params)
+                if existing is None:
+                    raise LostRace
+                raise Rollback(WriteReservation(None, OperationClaim(False, operation(existing))))
+        if params["max_repeats"] < 1:
+            raise Rollback(WriteReservation(self.execution_refusal(cur, self.get_task(cur, task_id), params), None))
+        row = fetch_one(cur, self.st.execution, params)
+        if row is None:
+            raise Rollback(WriteReservation(self.execution_refusal(cur, self.get_task(cur, task_id), params), None))
+        if fetch_one(cur, self.st.repeat, {**params, "revision": row["revision"]}) is None:
+            task = self._before_own_increment(cur, task_id)
+            raise Rollback(WriteReservation(self.execution_refusal(cur, task, params), None))
+        grant = Grant(True, None, usage(row), int(row["revision"]))
+        return WriteReservation(grant, OperationClaim(True, operation(claimed)))
+
+    def reserve_cost(self, cur: Any, params: dict[str, Any]) -> Grant:
+        row = fetch_one(cur, self.st.cost, params)
+        if row is not None:
+            return Grant(True, None, usage(row), int(row["revision"]))
+        return self.explained(cost_refusal(task_state(self.get_task(cur, params["task_id"])), params["amount"]))
+
+    def settle_cost(self, cur: Any, params: dict[str, Any]) -> Usage:
+        row = fetch_one(cur, self.st.settle, params)
+        if row is None:
+            raise unknown_task(params["task_id"])
+        return usage(row)
+
+    # --- the operation ledger -----------------------------------------------------------------------------------------
+
+    def reserve_operation(self, cur: Any, params: dict[str, Any]) -> OperationClaim:
+        row = fetch_one(cur, self.st.op_insert, params)
+        if row is None:
+            row = fetch_one(cur, self.st.op_reopen, params)
+        if row is not None:
+            return OperationClaim(True, operation(row))
+        existing = fetch_one(cur, self.st.op, params)
+        if existing is None:
+            raise LostRace
+        return OperationClaim(False, operation(existing))
+
+    def reconcile_operation(self, cur: Any, params: dict[str, Any]) -> OperationRecord:
+        operation_id, state = params["operation_id"], OperationState(params["state"])
+        if state is not OperationState.UNKNOWN:
+            row = fetch_one(cur, self.st.op_reconcile, params)
+            if row is not None:
+                return operation(row)
+        old = fetch_one(cur, self.st.op, params)
+        record = check_reconcile(operation_id, operation(old) if old is not None else None)
+        if state is OperationState.UNKNOWN:
+            return record
+        raise LostRace
+
+    # --- results and progress -----------------------------------------------------------------------------------------
+
+    def record_execution(self, cur: Any, params: dict[str, Any], *, mode: str, seen: Sequence[str]) -> Progress:
+        task_id = params["task_id"]
+        row = fetch_one(cur, self.st.progress[mode], params)
+        if row is None:
+            raise unknown_task(task_id)
+        execute(cur, self.st.trace_insert, {**params, "seq": row["trace_seq"]})
+        if "op_id" in params:
+            execute(cur, self.st.op_settle, params)
+        fresh = {k for k in params["keys"] if fetch_one(cur, self.st.seen, {"task_id": task_id, "key": k}) is not None}
+        return Progress(int(row["revision"]), int(row["stalled"]), tuple(k not in fresh for k in seen), usage(row))
+
+    def append_trace(self, cur: Any, params: dict[str, Any]) -> None:
+        row = fetch_one(cur, self.st.trace_seq, params)
+        if row is None:
+            raise unknown_task(params["task_id"])
+        execute(cur, self.st.trace_insert, {**params, "seq": row["trace_seq"]})
+
+    # --- stop mark and terminal outcome -------------------------------------------------------------------------------
+
+    def request_stop(self, cur: Any, params: dict[str, Any]) -> TaskSnapshot:
+        row = fetch_one(cur, self.st.stop, params)
+        if row is None:
+            raise unknown_task(params["task_id"])
+        return snapshot(row)
+
+    def finish(self, cur: Any, params: dict[str, Any]) -> dict[str, Any]:
+        row = fetch_one(cur, self.st.finish, params)
+        stored = row["outcome"] if row is not None else self.get_task(cur, params["task_id"])["outcome"]
+        return cast(dict[str, Any], loads(stored))
+
+    # --- workflow re-entry --------------------------------------------------------------------------------------------
+
+    def activate(self, cur: Any, params: dict[str, Any], *, max_depth: int) -> Activation:
+        st, flow, activation_id = self.st, params["flow"], params["activation_id"]
+        seen = fetch_one(cur, st.activation, params)
+        if seen is not None:
+            return activation(seen, duplicate=True)
+        chain_id, depth = activation_id, 0
+        origin = params["origin"]
+        node = fetch_one(cur, st.parent, {"origin": origin}) if origin else None
+        if node is not None:
+            chain_id = node["chain_id"]
+        for _ in range(MAX_CHAIN_WALK):  # the chain's ancestry: earlier activations of this flow are re-entries
+            if node is None:
+                break
+            depth += node["flow"] == flow
+            origin = node["origin_operation_id"]
+            node = fetch_one(cur, st.parent, {"origin": origin}) if origin else None
+        granted = depth <= max_depth
+        row = fetch_one(
+            cur,
+            st.activation_insert,
+            {
+                **params,
+                "chain_id": chain_id,
+                "depth": depth,
+                "granted": granted,
+                "reason": None if granted else str(Reason.TRIGGER_CHAIN),
+            },
+        )
+        if row is None:
+            raise LostRace  # delivered twice at once: the other insert won; read it as a duplicate
+        return activation(row)
+
+    # --- approval pauses and transitions ------------------------------------------------------------------------------
+
+    def save_pause(self, cur: Any, params: dict[str, Any]) -> PauseRecord:
+        row = fetch_one(cur, self.st.pause_insert, params)
+        if row is None:
+            self.get_task(cur, params["task_id"])
+            raise InputError(f"pause {params['pause_id']!r} already exists")
+        execute(cur, self.st.outcome, params)
+        return pause(row)
+
+    def decide_pause(self, cur: Any, params: dict[str, Any]) -> PauseRecord:
+        row = fetch_one(cur, self.st.pause_decide, params)
+        if row is not None:
+            return pause(row)
+        old = fetch_one(cur, self.st.pause, params)
+        check_decide(params["pause_id"], pause(old) if old is not None else None)
+        raise LostRace  # pending after all: the decision statement lost a race (cannot happen under the write lock)
+
+    def claim_pause(
+        self, cur: Any, pause_id: str, *, who: str, decisions: dict[str, str] | None, why: str, now: float
+    ) -> tuple[PauseRecord, TransitionRecord]:
+        old = fetch_one(cur, self.st.pause, {"pause_id": pause_id})
+        record = check_claim(pause_id, pause(old) if old is not None else None, decisions=decisions is not None)
+        applied = dict(record.decisions) if decisions is None else dict(decisions)
+        task = self.get_task(cur, record.task_id)
+        claim = {"pause_id": pause_id, "who": who, "now": now, "decisions": encode(applied)}
+        row = fetch_one(cur, self.st.pause_claim, claim)
+        if row is None:
+            raise LostRace  # another claimer won since our read (cannot happen under the write lock)
+        transition = TransitionRecord.new(
+            record.task_id,
+            "resume",
+            who,
+            why,
+            now,
+            pause_id=pause_id,
+            from_outcome=loads(task["outcome"]),
+            decisions=applied,
+        )
+        execute(cur, self.st.transition_insert, transition_params(transition))
+        execute(cur, self.st.reopen, {"task_id": record.task_id, "now": now})
+        return pause(row), transition
+
+    def recover(
+        self, cur: Any, task_id: str, *, who: str, why: str, kind: str, delta: dict[str, Any], now: float
+    ) -> TransitionRecord:
+        task = self.get_task(cur, task_id)
+        check_recover(task_id, task_state(task), kind)
+        extended = budget(task).extended(delta)
+        transition = TransitionRecord.new(
+            task_id, kind, who, why, now, from_outcome=loads(task["outcome"]), budget_delta=delta
+        )
+        execute(cur, self.st.transition_insert, transition_params(transition))
+        execute(
+            cur,
+            self.st.recover,
+            {
+                "task_id": task_id,
+                "model_turns": extended.model_turns,
+                "tool_executions": extended.tool_executions,
+                "deadline": extended.deadline,
+                "cost_limit": extended.cost,
+                "clear_stop": kind == "recover",
+                "now": now,
+            },
+        )
+        return transition

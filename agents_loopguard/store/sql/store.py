@@ -1,0 +1,350 @@
+"""The store on SQL: each method builds its bind values once and runs its backend's step atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite as lite
+from sqlalchemy.engine import URL
+
+from ...budget import Budget
+from ...outcome import Usage
+from ..base import (
+    Activation,
+    Grant,
+    OperationClaim,
+    OperationRecord,
+    OperationState,
+    PauseRecord,
+    Progress,
+    Store,
+    TaskSnapshot,
+    TraceEntry,
+    TransitionRecord,
+    WriteReservation,
+)
+from .connection import Database
+from .postgres import PostgresSteps
+from .sqlite import SQLiteSteps
+from .statements import Statements, fetch_all, fetch_one
+from .tables import (
+    activation,
+    dumps,
+    encode,
+    operation,
+    pause,
+    snapshot,
+    trace_entry,
+    trace_params,
+    transition,
+)
+
+__all__ = ["SQLStore"]
+
+
+class SQLStore(Store):
+    """A :class:`~agents_loopguard.store.base.Store` in a SQLite file or a PostgreSQL database, shared by workers.
+
+    ``url`` is a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``); without one,
+    ``$LOOPGUARD_DATABASE_URL``, else ``sqlite:///.loopguard/loopguard.db`` under the working directory (created if
+    missing; ``?synchronous=NORMAL`` trades the durability of the last commits on a power loss for speed). The
+    tables are created on first use; a database written with another schema version is refused.
+    Create one store per process (it keeps a connection per thread that uses it) and :meth:`close` it when done.
+    Lists are oldest first: tasks and operations by creation time (ties by id), the others in insertion order.
+
+    >>> import tempfile
+    >>> from agents_loopguard import Budget
+    >>> store = SQLStore(f"sqlite:///{tempfile.mkdtemp()}/lg.db")
+    >>> _ = store.ensure_task("t1", Budget(model_turns=1, tool_executions=1))
+    >>> store.reserve_turn("t1").granted, store.reserve_turn("t1").reason
+    (True, <Reason.MODEL_BUDGET: 'model_budget'>)
+    >>> store.close()
+    """
+
+    def __init__(self, url: str | URL | None = None, *, echo: bool = False) -> None:
+        self._db = Database(url, echo=echo)
+        postgres = self._db.postgres
+        self._st = Statements(self._db.engine.dialect, pg.insert if postgres else lite.insert)
+        self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
+
+    @property
+    def url(self) -> URL:
+        """The database's URL (for SQLite without its ``synchronous`` setting)."""
+        return self._db.url
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._db.backend
+
+    @property
+    def synchronous(self) -> str | None:
+        """SQLite's durability mode (WRITES, FULL, EXTRA or NORMAL); None on PostgreSQL."""
+        return self._db.synchronous
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for inspection and tests; the store's statements are its own)."""
+        return self._db.engine
+
+    def _cursor(self) -> Any:
+        """This thread's DBAPI cursor, the one the store's steps run on (for tests and benchmarks)."""
+        return self._db.cursor()
+
+    def close(self) -> None:
+        """Close the store's connections. The store reconnects if used again."""
+        self._db.close()
+
+    def __enter__(self) -> SQLStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return self._db.name
+
+    # --- tasks and counters -------------------------------------------------------------------------------------------
+
+    def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
+        params = {
+            "task_id": task_id,
+            "model_turns": budget.model_turns,
+            "tool_executions": budget.tool_executions,
+            "deadline": budget.deadline,
+            "cost_limit": budget.cost,
+            "revision": revision,
+            "now": now,
+        }
+        return self._db.step(lambda cur: self._steps.ensure_task(cur, params))
+
+    def task(self, task_id: str) -> TaskSnapshot | None:
+        row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
+        return snapshot(row) if row is not None else None
+
+    def tasks(self) -> list[TaskSnapshot]:
+        return [snapshot(row) for row in self._db.read(lambda cur: fetch_all(cur, self._st.tasks))]
+
+    def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
+        params = {"task_id": task_id, "now": now}
+        return self._db.step(lambda cur: self._steps.reserve_turn(cur, params))
+
+    def reserve_execution(
+        self,
+        task_id: str,
+        fingerprint: str,
+        *,
+        max_repeats: int,
+        now: float = 0.0,
+        max_wait: float | None = None,
+        poll: bool = False,
+    ) -> Grant:
+        params = {
+            "task_id": task_id,
+            "fingerprint": fingerprint,
+            "max_repeats": max_repeats,
+            "now": now,
+            "max_wait": max_wait if poll else None,
+        }
+        return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll))
+
+    def reserve_write(
+        self,
+        task_id: str,
+        operation_id: str,
+        fingerprint: str,
+        tool: str,
+        *,
+        max_repeats: int,
+        now: float = 0.0,
+    ) -> WriteReservation:
+        params = {
+            "task_id": task_id,
+            "operation_id": operation_id,
+            "fingerprint": fingerprint,
+            "payload": fingerprint,
+            "tool": tool,
+            "max_repeats": max_repeats,
+            "now": now,
+        }
+        return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True)
+
+    def reserve_cost(self, task_id: str, amount: float) -> Grant:
+        params = {"task_id": task_id, "amount": amount}
+        return self._db.write(lambda cur: self._steps.reserve_cost(cur, params))
+
+    def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
+        params = {"task_id": task_id, "reserved": reserved, "actual": actual}
+        return self._db.step(lambda cur: self._steps.settle_cost(cur, params))
+
+    # --- the operation ledger -----------------------------------------------------------------------------------------
+
+    def lookup_operation(self, operation_id: str) -> OperationRecord | None:
+        row = self._db.read(lambda cur: fetch_one(cur, self._st.op, {"operation_id": operation_id}))
+        return operation(row) if row is not None else None
+
+    def reserve_operation(
+        self, task_id: str, operation_id: str, payload: str, tool: str, *, now: float = 0.0
+    ) -> OperationClaim:
+        params = {"task_id": task_id, "operation_id": operation_id, "payload": payload, "tool": tool, "now": now}
+        return self._db.write(lambda cur: self._steps.reserve_operation(cur, params), durable=True)
+
+    def operations(self, task_id: str | None = None) -> list[OperationRecord]:
+        if task_id is None:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.ops))
+        else:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.ops_of, {"task_id": task_id}))
+        return [operation(row) for row in rows]
+
+    def reconcile_operation(
+        self, operation_id: str, state: OperationState, result: Any = None, *, now: float = 0.0
+    ) -> OperationRecord:
+        params = {
+            "operation_id": operation_id,
+            "state": str(OperationState(state)),
+            "result": dumps(result),
+            "now": now,
+        }
+        return self._db.write(lambda cur: self._steps.reconcile_operation(cur, params), durable=True)
+
+    # --- results and progress -----------------------------------------------------------------------------------------
+
+    def record_execution(
+        self,
+        task_id: str,
+        entry: TraceEntry,
+        *,
+        revision: int | None,
+        pending: bool = False,
+        operation: tuple[str, OperationState, Any] | None = None,
+        seen: Sequence[str] = (),
+    ) -> Progress:
+        mode = "none" if revision is None else ("pending" if pending else "step")
+        params = trace_params(task_id, entry)
+        params["revision"] = revision
+        if operation is not None:
+            op_id, op_state, op_result = operation
+            params.update(op_id=op_id, op_state=str(OperationState(op_state)), op_result=dumps(op_result))
+        params["keys"] = list(dict.fromkeys(seen))
+        return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen))
+
+    def append_trace(self, task_id: str, entry: TraceEntry) -> None:
+        params = trace_params(task_id, entry)
+        self._db.step(lambda cur: self._steps.append_trace(cur, params))
+
+    def trace(self, task_id: str) -> list[TraceEntry]:
+        def work(cur: Any) -> list[Any]:
+            rows = fetch_all(cur, self._st.trace, {"task_id": task_id})
+            if not rows:
+                self._steps.get_task(cur, task_id)
+            return rows
+
+        return [trace_entry(row) for row in self._db.read(work)]
+
+    # --- stop mark and terminal outcome -------------------------------------------------------------------------------
+
+    def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
+        params = {"task_id": task_id, "reason": reason or "stop_requested", "now": now}
+        return self._db.step(lambda cur: self._steps.request_stop(cur, params), durable=True)
+
+    def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
+        status = str(record.get("status", "stopped"))
+        params = {"task_id": task_id, "outcome": dumps(record), "status": status, "now": now}
+        return self._db.step(lambda cur: self._steps.finish(cur, params), durable=True)
+
+    # --- workflow re-entry --------------------------------------------------------------------------------------------
+
+    def activate(
+        self,
+        flow: str,
+        activation_id: str,
+        *,
+        origin_operation_id: str | None,
+        max_depth: int,
+        now: float = 0.0,
+    ) -> Activation:
+        params = {"activation_id": activation_id, "flow": flow, "origin": origin_operation_id, "now": now}
+        return self._db.write(lambda cur: self._steps.activate(cur, params, max_depth=max_depth), durable=True)
+
+    def activations(self, flow: str | None = None) -> list[Activation]:
+        if flow is None:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.activations))
+        else:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.activations_of, {"flow": flow}))
+        return [activation(row) for row in rows]
+
+    # --- approval pauses and transitions ------------------------------------------------------------------------------
+
+    def save_pause(
+        self,
+        task_id: str,
+        pause_id: str,
+        state: str,
+        pending_calls: Sequence[dict[str, Any]],
+        *,
+        digest: str,
+        outcome: dict[str, Any],
+        now: float = 0.0,
+    ) -> PauseRecord:
+        params = {
+            "task_id": task_id,
+            "pause_id": pause_id,
+            "state": state,
+            "digest": digest,
+            "pending_calls": encode(list(pending_calls)),
+            "now": now,
+            "outcome": dumps(outcome),
+            "status": str(outcome.get("status", "needs_human")),
+        }
+        return self._db.write(lambda cur: self._steps.save_pause(cur, params), durable=True)
+
+    def pause(self, pause_id: str) -> PauseRecord | None:
+        row = self._db.read(lambda cur: fetch_one(cur, self._st.pause, {"pause_id": pause_id}))
+        return pause(row) if row is not None else None
+
+    def pauses(self, task_id: str | None = None) -> list[PauseRecord]:
+        if task_id is None:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.pauses))
+        else:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.pauses_of, {"task_id": task_id}))
+        return [pause(row) for row in rows]
+
+    def decide_pause(
+        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+    ) -> PauseRecord:
+        params = {"pause_id": pause_id, "who": who, "decisions": encode(dict(decisions))}
+        return self._db.write(lambda cur: self._steps.decide_pause(cur, params), durable=True)
+
+    def claim_pause(
+        self, pause_id: str, *, who: str, decisions: dict[str, str] | None = None, why: str = "", now: float = 0.0
+    ) -> tuple[PauseRecord, TransitionRecord]:
+        return self._db.write(
+            lambda cur: self._steps.claim_pause(cur, pause_id, who=who, decisions=decisions, why=why, now=now),
+            durable=True,
+        )
+
+    def recover(
+        self,
+        task_id: str,
+        *,
+        who: str,
+        why: str,
+        kind: str = "recover",
+        budget_delta: dict[str, Any] | None = None,
+        now: float = 0.0,
+    ) -> TransitionRecord:
+        delta = dict(budget_delta or {})
+        return self._db.write(
+            lambda cur: self._steps.recover(cur, task_id, who=who, why=why, kind=kind, delta=delta, now=now),
+            durable=True,
+        )
+
+    def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
+        if task_id is None:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.transitions))
+        else:
+            rows = self._db.read(lambda cur: fetch_all(cur, self._st.transitions_of, {"task_id": task_id}))
+        return [transition(row) for row in rows]

@@ -1,0 +1,442 @@
+"""The store's tables (SQLModel), their schema version and creation, and the conversions of rows to records.
+
+The tables have their own metadata, so an application's ``SQLModel.metadata`` leaves them alone. A database that
+carries another :data:`SCHEMA_VERSION` is refused with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy import BigInteger, Connection, Integer, Table, Text
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite as lite
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+from ...budget import Budget
+from ...errors import StoreError
+from ...outcome import Reason, Usage
+from ..base import (
+    Activation,
+    OperationRecord,
+    OperationState,
+    PauseRecord,
+    TaskSnapshot,
+    TraceEntry,
+    TransitionRecord,
+)
+from ..rules import TaskState
+
+__all__ = [
+    "METADATA",
+    "SCHEMA_VERSION",
+    "ActivationRow",
+    "MetaRow",
+    "OperationRow",
+    "PauseRow",
+    "RepetitionRow",
+    "SeenRow",
+    "TaskRow",
+    "TraceRow",
+    "TransitionRow",
+]
+
+SCHEMA_VERSION = 1
+"""The version of the tables below; a database that carries another one is refused with a message."""
+
+
+# --- tables -----------------------------------------------------------------------------------------------------
+
+
+class _Table(SQLModel, registry=registry()):
+    """Base of the store's tables: their own metadata, so an application's ``SQLModel.metadata`` leaves them alone."""
+
+
+_COMPACT = {"sqlite_with_rowid": False}
+"""SQLite: a table keyed by text is one b-tree, not a rowid table plus a key index (fewer pages per commit)."""
+
+
+def _big(**kwargs: Any) -> Any:
+    return Field(sa_type=BigInteger, **kwargs)
+
+
+def _json(**kwargs: Any) -> Any:
+    return Field(default=None, sa_type=Text, **kwargs)
+
+
+class MetaRow(_Table, table=True):
+    """Facts about the database itself: ``schema_version``."""
+
+    __tablename__ = "loopguard_meta"
+    __table_args__ = _COMPACT
+    key: str = Field(primary_key=True, max_length=64)
+    value: str
+
+
+class TaskRow(_Table, table=True):
+    """A task: its limits, counters, progress, stop mark and terminal outcome (the recovery record, as JSON)."""
+
+    __tablename__ = "loopguard_tasks"
+    __table_args__ = _COMPACT
+    task_id: str = Field(primary_key=True)
+    model_turns: int = _big()
+    tool_executions: int = _big()
+    deadline: float | None = None
+    cost_limit: float | None = None
+    models: int = _big(default=0)
+    tools: int = _big(default=0)
+    cost: float = 0.0
+    revision: int = _big(default=0)
+    stalled: int = _big(default=0)
+    status: str = "running"
+    stop_reason: str | None = None
+    outcome: str | None = _json()
+    trace_seq: int = _big(default=0)
+    """The sequence number of the task's last trace entry (taken under the task row's lock)."""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class OperationRow(_Table, table=True):
+    """The ledger: one business operation, unique by its id."""
+
+    __tablename__ = "loopguard_operations"
+    __table_args__ = _COMPACT
+    operation_id: str = Field(primary_key=True)
+    task_id: str = Field(index=True)
+    tool: str
+    payload: str
+    state: str
+    result: str | None = _json()
+    attempts: int = _big(default=1)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class TraceRow(_Table, table=True):
+    """One guarded step of a task, in order (arguments as the engine redacted them)."""
+
+    __tablename__ = "loopguard_trace"
+    __table_args__ = _COMPACT
+    task_id: str = Field(primary_key=True)
+    seq: int = _big(primary_key=True)
+    kind: str
+    tool: str | None = None
+    args: str | None = _json()
+    result_class: str = ""
+    revision: int = _big(default=0)
+    models: int = _big(default=0)
+    tools: int = _big(default=0)
+    fingerprint: str | None = None
+    operation_id: str | None = None
+    operation_state: str | None = None
+    at: float = 0.0
+
+
+class RepetitionRow(_Table, table=True):
+    """How many times a fingerprint executed at one revision of a task, and when it first did (for polls)."""
+
+    __tablename__ = "loopguard_repetitions"
+    __table_args__ = _COMPACT
+    task_id: str = Field(primary_key=True)
+    fingerprint: str = Field(primary_key=True)
+    revision: int = _big(primary_key=True)
+    count: int = _big(default=0)
+    first_at: float = 0.0
+
+
+class SeenRow(_Table, table=True):
+    """A cursor or record id a task has seen (pagination cycles)."""
+
+    __tablename__ = "loopguard_seen"
+    __table_args__ = _COMPACT
+    task_id: str = Field(primary_key=True)
+    key: str = Field(primary_key=True)
+
+
+class ActivationRow(_Table, table=True):
+    """One activation of a workflow and its place in a re-entry chain."""
+
+    __tablename__ = "loopguard_activations"
+    ordinal: int | None = Field(default=None, primary_key=True)
+    activation_id: str = Field(unique=True)
+    flow: str = Field(index=True)
+    chain_id: str
+    depth: int = _big(default=0)
+    origin_operation_id: str | None = None
+    granted: bool = True
+    reason: str | None = None
+    created_at: float = 0.0
+
+
+class PauseRow(_Table, table=True):
+    """An approval pause: the serialized run state with the task's budget and counters at that moment."""
+
+    __tablename__ = "loopguard_pauses"
+    ordinal: int | None = Field(default=None, primary_key=True)
+    pause_id: str = Field(unique=True)
+    task_id: str = Field(index=True)
+    status: str = "pending"
+    state: str = Field(sa_type=Text)
+    digest: str
+    pending_calls: str = Field(sa_type=Text)
+    model_turns: int = _big()
+    tool_executions: int = _big()
+    deadline: float | None = None
+    cost_limit: float | None = None
+    models: int = _big(default=0)
+    tools: int = _big(default=0)
+    cost: float = 0.0
+    created_at: float = 0.0
+    resumed_at: float | None = None
+    resumed_by: str | None = None
+    decisions: str = Field(default="{}", sa_type=Text)
+    decided_by: str | None = None
+
+
+class TransitionRow(_Table, table=True):
+    """An explicit, recorded step that reopened a finished task."""
+
+    __tablename__ = "loopguard_transitions"
+    ordinal: int | None = Field(default=None, primary_key=True)
+    transition_id: str = Field(unique=True)
+    task_id: str = Field(index=True)
+    kind: str
+    who: str
+    why: str = ""
+    at: float = 0.0
+    pause_id: str | None = None
+    from_outcome: str | None = _json()
+    decisions: str = Field(default="{}", sa_type=Text)
+    budget_delta: str = Field(default="{}", sa_type=Text)
+
+
+def _table(model: type[SQLModel]) -> Table:
+    return cast(Table, model.__table__)  # type: ignore[attr-defined]
+
+
+METADATA = _Table.metadata
+meta = _table(MetaRow)
+tasks = _table(TaskRow)
+ops = _table(OperationRow)
+trace = _table(TraceRow)
+reps = _table(RepetitionRow)
+seen = _table(SeenRow)
+acts = _table(ActivationRow)
+pauses = _table(PauseRow)
+trans = _table(TransitionRow)
+# SQLite makes only an INTEGER PRIMARY KEY an auto-numbered rowid; PostgreSQL gets a serial.
+for _t in (acts, pauses, trans):
+    _t.c.ordinal.type = BigInteger().with_variant(Integer(), "sqlite")
+
+
+# --- schema -------------------------------------------------------------------------------------------------------
+
+
+def schema_version(conn: Connection) -> str | None:
+    """The schema version the database carries, or None when it has no tables yet."""
+    try:
+        value = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
+    except DBAPIError:
+        return None  # no meta table yet
+    return None if value is None else str(value)
+
+
+def create_schema(conn: Connection, *, name: str, begin_exclusive: Callable[[Connection], None]) -> str:
+    """Create the tables and record :data:`SCHEMA_VERSION`; return the version the database carries after.
+
+    Several workers may do this at once: on PostgreSQL one creates under an advisory lock while the others wait,
+    then see the tables; on SQLite ``begin_exclusive`` takes the write lock (waiting for another process).
+    """
+    postgres = conn.dialect.name == "postgresql"
+    try:
+        if postgres:
+            conn.exec_driver_sql("BEGIN ISOLATION LEVEL READ COMMITTED")  # each statement sees the latest
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7295810394)")
+        else:
+            begin_exclusive(conn)
+        METADATA.create_all(conn, checkfirst=True)
+        insert = pg.insert if postgres else lite.insert
+        version = insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
+        conn.execute(version.on_conflict_do_nothing(index_elements=["key"]))
+        value = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one()
+        conn.exec_driver_sql("COMMIT")
+    except DBAPIError as exc:
+        with contextlib.suppress(DBAPIError):
+            conn.exec_driver_sql("ROLLBACK")
+        raise StoreError(f"{name}: cannot create the loopguard tables: {exc.orig}") from exc
+    return str(value)
+
+
+def check_schema_version(version: str, *, name: str, env_url: str) -> None:
+    """Refuse a database written with another schema version, saying what to do."""
+    if version != str(SCHEMA_VERSION):
+        raise StoreError(
+            f"{name} holds agents_loopguard schema version {version}, but this agents_loopguard uses "
+            f"version {SCHEMA_VERSION}. Point the store (or ${env_url}) at a new database, or, once no "
+            "task or operation in it is unfinished, drop its loopguard_* tables to let them be recreated"
+        )
+
+
+# --- values in and out --------------------------------------------------------------------------------------------
+
+encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+
+
+def dumps(value: Any) -> str | None:
+    return None if value is None else encode(value)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def usage(row: Any, prefix: str = "") -> Usage:
+    return Usage(int(row[prefix + "models"]), int(row[prefix + "tools"]), float(row[prefix + "cost"]))
+
+
+def budget(row: Any) -> Budget:
+    return Budget(int(row["model_turns"]), int(row["tool_executions"]), row["deadline"], row["cost_limit"])
+
+
+def task_state(row: Any) -> TaskState:
+    """What the refusal rules read of a task row. A statement's row may carry only the limits its reservation
+    checks (model turns, tool executions): the others are then read as absent, and no rule of that step reads them."""
+    keys = row.keys()
+    limits = Budget(
+        int(row["model_turns"]),
+        int(row["tool_executions"]),
+        row["deadline"] if "deadline" in keys else None,
+        row["cost_limit"] if "cost_limit" in keys else None,
+    )
+    return TaskState(limits, usage(row), int(row["revision"]), row["status"], row["stop_reason"])
+
+
+def snapshot(row: Any) -> TaskSnapshot:
+    return TaskSnapshot(
+        task_id=row["task_id"],
+        budget=budget(row),
+        used=usage(row),
+        revision=int(row["revision"]),
+        stalled=int(row["stalled"]),
+        status=row["status"],
+        stop_reason=row["stop_reason"],
+        outcome=loads(row["outcome"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def operation(row: Any, prefix: str = "") -> OperationRecord:
+    return OperationRecord(
+        operation_id=row[prefix + "operation_id"],
+        task_id=row[prefix + "task_id"],
+        tool=row[prefix + "tool"],
+        payload=row[prefix + "payload"],
+        state=OperationState(row[prefix + "state"]),
+        result=loads(row[prefix + "result"]),
+        attempts=int(row[prefix + "attempts"]),
+        created_at=float(row[prefix + "created_at"]),
+        updated_at=float(row[prefix + "updated_at"]),
+    )
+
+
+def trace_entry(row: Any) -> TraceEntry:
+    return TraceEntry(
+        kind=row["kind"],
+        tool=row["tool"],
+        args=loads(row["args"]),
+        result_class=row["result_class"],
+        revision=int(row["revision"]),
+        models=int(row["models"]),
+        tools=int(row["tools"]),
+        fingerprint=row["fingerprint"],
+        operation_id=row["operation_id"],
+        operation_state=row["operation_state"],
+        at=float(row["at"]),
+        seq=int(row["seq"]),
+    )
+
+
+def activation(row: Any, *, duplicate: bool = False) -> Activation:
+    return Activation(
+        granted=bool(row["granted"]),
+        activation_id=row["activation_id"],
+        flow=row["flow"],
+        chain_id=row["chain_id"],
+        depth=int(row["depth"]),
+        origin_operation_id=row["origin_operation_id"],
+        reason=Reason(row["reason"]) if row["reason"] else None,
+        duplicate=duplicate,
+    )
+
+
+def pause(row: Any) -> PauseRecord:
+    return PauseRecord(
+        pause_id=row["pause_id"],
+        task_id=row["task_id"],
+        status=row["status"],
+        state=row["state"],
+        digest=row["digest"],
+        pending_calls=tuple(json.loads(row["pending_calls"])),
+        budget=budget(row),
+        used=usage(row),
+        created_at=float(row["created_at"]),
+        resumed_at=row["resumed_at"],
+        resumed_by=row["resumed_by"],
+        decisions=json.loads(row["decisions"]),
+        decided_by=row["decided_by"],
+    )
+
+
+def transition(row: Any) -> TransitionRecord:
+    return TransitionRecord(
+        transition_id=row["transition_id"],
+        task_id=row["task_id"],
+        kind=row["kind"],
+        who=row["who"],
+        why=row["why"],
+        at=float(row["at"]),
+        pause_id=row["pause_id"],
+        from_outcome=loads(row["from_outcome"]),
+        decisions=json.loads(row["decisions"]),
+        budget_delta=json.loads(row["budget_delta"]),
+    )
+
+
+def trace_params(task_id: str, entry: TraceEntry) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "kind": entry.kind,
+        "tool": entry.tool,
+        "args": dumps(entry.args),
+        "result_class": entry.result_class,
+        "e_revision": entry.revision,
+        "e_models": entry.models,
+        "e_tools": entry.tools,
+        "fingerprint": entry.fingerprint,
+        "operation_id": entry.operation_id,
+        "operation_state": entry.operation_state,
+        "at": entry.at,
+    }
+
+
+def transition_params(t: TransitionRecord) -> dict[str, Any]:
+    return {
+        "transition_id": t.transition_id,
+        "task_id": t.task_id,
+        "kind": t.kind,
+        "who": t.who,
+        "why": t.why,
+        "at": t.at,
+        "pause_id": t.pause_id,
+        "from_outcome": dumps(t.from_outcome),
+        "decisions": encode(dict(t.decisions)),
+        "budget_delta": encode(dict(t.budget_delta)),
+    }
