@@ -376,7 +376,7 @@ def _probes() -> list[Any]:
         for number in (edge, math.nextafter(edge, 0), math.nextafter(edge, math.inf), edge * 1.5, edge * 4.123):
             numbers += (number, -number)
     strings = ["\x00\x08\t\n\x0c\r\x1f\x7f", "\"\\/'", "\u0080\u00f6\u20ac\u2028\ufb33\uffff", "\U0001f600"]
-    keys = {"\u20ac": 1, "\r": 2, "\ufb33": 3, "1": 4, "\U0001f600": 5, "\u0080": 6, "\u00f6": 7, "": 8}
+    keys: dict[str, Any] = {"\u20ac": 1, "\r": 2, "\ufb33": 3, "1": 4, "\U0001f600": 5, "\u0080": 6, "\u00f6": 7, "": 8}
     keys["\uffff"] = [1e-6, {"b": 5.0, "a": keys.copy()}]  # containers inside an object in UTF-16 order
     return [numbers, strings, keys, [keys, [keys]], {"a": {"b": keys}}, -_MAX_SAFE_INT, _MAX_SAFE_INT, None, True]
 
