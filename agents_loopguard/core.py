@@ -44,14 +44,6 @@ FINGERPRINT_KEY_ENV = "LOOPGUARD_FINGERPRINT_KEY"
 """Environment variable with the HMAC key of call fingerprints, shared by every worker of a store."""
 logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
-_REFUSALS = {
-    Reason.SAME_CALL: "{tool}: the same call already ran the allowed number of times at revision {revision}",
-    Reason.WAIT_BUDGET: "{tool}: the job is still pending after the polls its wait policy allows",
-    Reason.TOOL_BUDGET: "{tool}: the task has no tool executions left",
-    Reason.MODEL_BUDGET: "the task has no model turns left",
-    Reason.STOP_REQUESTED: "the task carries a stop mark",
-}
-"""The detail of a store refusal that came without one (``{tool}`` and ``{revision}`` filled for tool calls)."""
 
 
 @dataclass(frozen=True)
@@ -399,7 +391,7 @@ class Guard:
         self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:
             reason = grant.reason or Reason.STOP_REQUESTED
-            detail = grant.detail or _REFUSALS.get(reason, "")
+            detail = grant.detail or f"the store refused the model turn ({reason})"  # the store words its rules
             self._observe("turn.refused", reason=str(reason))
             return Verdict(Status.STOPPED, reason, detail)
         if self.observer is not None:  # inline check: building the event costs on the hot path
@@ -469,7 +461,7 @@ class Guard:
             self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:
             reason = grant.reason or Reason.STOP_REQUESTED
-            detail = grant.detail or _REFUSALS.get(reason, "").format(tool=call.tool, revision=grant.revision)
+            detail = f"{call.tool}: {grant.detail or f'the store refused the execution ({reason})'}"
             return self._refuse(call, Verdict(Status.STOPPED, reason, detail), at=at, fp=fp)
         if self.observer is not None:
             self._observe("call.authorized", tool=call.tool, kind=call.kind, operation_id=call.operation_id)

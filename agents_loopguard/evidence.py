@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-__all__ = ["Effect", "Evidence", "ResultStatus", "VerifyFailed", "parse_evidence", "result_status"]
+__all__ = ["Effect", "Evidence", "ResultStatus", "VerifyFailed", "describe", "parse_evidence", "result_status"]
 
 _MAX_SAFE_INT = 2**53 - 1
 
@@ -128,52 +128,79 @@ def _revision(value: Any) -> int | None:
     return None
 
 
+def describe(value: Any) -> str:
+    """A value as an error detail may name it: its type and size, never its content (details are stored and
+    logged; a verifier's garbage may hold customer data or a credential).
+
+    >>> describe("hunter2"), describe({"a": 1}), describe(None), describe(-3)
+    ('a str of 7 characters', 'a dict of 1 item', 'None', 'an int')
+    """
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    name = type(value).__name__
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    if isinstance(value, (str, bytes)):
+        return f"{article} {name} of {len(value)} character{'s' if len(value) != 1 else ''}"
+    try:
+        size = len(value)
+    except TypeError:
+        return f"{article} {name}"
+    return f"{article} {name} of {size} item{'s' if size != 1 else ''}"
+
+
 def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> Evidence | str:
     """Validate what ``verify`` returned; return :class:`Evidence` or a short explanation of why it is invalid.
+
+    The explanation names a bad value by its type and size (:func:`describe`), never by its content.
 
     >>> parse_evidence({"revision": 2, "done": False, "effect": "none"}, status=ResultStatus.OK, current_revision=1)
     Evidence(revision=2, done=False, effect=<Effect.NONE: 'none'>, pending=False, cursor=None, records=())
     >>> parse_evidence({"revision": 0, "done": False, "effect": "none"}, status=ResultStatus.OK, current_revision=1)
     'revision 0 goes back from 1'
+    >>> parse_evidence({"revision": "card 4111", "done": False}, status=ResultStatus.OK, current_revision=0)
+    'revision (a str of 9 characters) is not a safe integer'
     """
     if isinstance(raw, VerifyFailed):
         return f"verify raised {type(raw.error).__name__}"
     if isinstance(raw, Evidence):
         raw_revision, done, effect_raw = raw.revision, raw.done, raw.effect
+        extras: tuple[Any, Any, Any] = (raw.pending, raw.cursor, raw.records)
     else:
         if type(raw) is not dict and not _truthy(raw):
-            return f"verify returned {raw!r}"
+            return f"verify returned {describe(raw)}"
         field = _getter(raw)
         raw_revision, done, effect_raw = field("revision"), field("done"), field("effect")
+        extras = (field("pending") or False, field("cursor"), field("records") or ())
     revision = _revision(raw_revision)
     if revision is None:
-        return f"revision {raw_revision!r} is not a safe integer"
+        return f"revision ({describe(raw_revision)}) is not a safe integer"
     if revision < current_revision:
         return f"revision {revision} goes back from {current_revision}"
     if not isinstance(done, bool):
-        return f"done {done!r} is not a boolean"
+        return f"done ({describe(done)}) is not a boolean"
     effect = _EFFECTS.get(effect_raw) if isinstance(effect_raw, str) else None
     if effect is None:
-        return f"effect {effect_raw!r} is not one of none, committed, not_committed, unknown"
+        return f"effect ({describe(effect_raw)}) is not one of none, committed, not_committed, unknown"
     if done and status is not ResultStatus.OK:
         return f"done with a {status} result"
-    if isinstance(raw, Evidence):
-        pending, cursor, records_raw = raw.pending, raw.cursor, raw.records
-    else:
-        pending = field("pending") or False
-        cursor = field("cursor")
-        records_raw = field("records") or ()
+    return _with_extras(revision, done, effect, *extras)
+
+
+def _with_extras(
+    revision: int, done: bool, effect: Effect, pending: Any, cursor: Any, records_raw: Any
+) -> Evidence | str:
+    """The poll and page parts of evidence: ``pending``, ``cursor``, ``records``."""
     if not isinstance(pending, bool):
-        return f"pending {pending!r} is not a boolean"
+        return f"pending ({describe(pending)}) is not a boolean"
     if pending and done:
         return "pending and done at once"
     if cursor is not None and not isinstance(cursor, str):
-        return f"cursor {cursor!r} is not a string"
+        return f"cursor ({describe(cursor)}) is not a string"
     if isinstance(records_raw, (str, bytes)) or not isinstance(records_raw, (list, tuple)):
-        return f"records {records_raw!r} is not a list of ids"
+        return f"records ({describe(records_raw)}) is not a list of ids"
     records = []
     for record in records_raw:
         if isinstance(record, bool) or not isinstance(record, (str, int)):
-            return f"record id {record!r} is not a string or integer"
+            return f"record id ({describe(record)}) is not a string or integer"
         records.append(str(record))
     return Evidence(revision=revision, done=done, effect=effect, pending=pending, cursor=cursor, records=tuple(records))
