@@ -11,15 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Budget", "Policy"]
+__all__ = ["TOKEN_LIMITS", "Budget", "Policy"]
+
+TOKEN_LIMITS = ("input_tokens", "output_tokens", "total_tokens")
+"""The token limits of a :class:`Budget` (reserved before a request, settled with the reported usage)."""
 
 
 @dataclass(frozen=True)
 class Budget:
     """The global budget of a task.
 
-    >>> Budget(model_turns=6, tool_executions=4, deadline=100.0)
-    Budget(model_turns=6, tool_executions=4, deadline=100.0, cost=None)
+    >>> budget = Budget(model_turns=6, tool_executions=4, deadline=100.0, total_tokens=50_000)
+    >>> budget.model_turns, budget.deadline, budget.total_tokens, budget.cost
+    (6, 100.0, 50000, None)
     """
 
     model_turns: int
@@ -30,12 +34,22 @@ class Budget:
     """Absolute time, on the guard's clock, after which nothing new starts (checked before and after executions)."""
     cost: float | None = None
     """Money allowed for the whole task, in the unit of the price table (``None``: no cost budget)."""
+    input_tokens: int | None = None
+    """Input tokens allowed for the whole task: each request reserves its estimate first, settled with the usage."""
+    output_tokens: int | None = None
+    """Output tokens allowed for the whole task: each request reserves its output bound first."""
+    total_tokens: int | None = None
+    """Input and output tokens together."""
 
     def __post_init__(self) -> None:
         for name in ("model_turns", "tool_executions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Budget.{name} must be a non-negative int, got {value!r}")
+        for name in TOKEN_LIMITS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"Budget.{name} must be a non-negative int or None, got {value!r}")
         if self.deadline is not None and (isinstance(self.deadline, bool) or not math.isfinite(self.deadline)):
             raise ValueError(f"Budget.deadline must be a finite number or None, got {self.deadline!r}")
         if self.cost is not None and (not math.isfinite(self.cost) or self.cost < 0):
@@ -46,13 +60,13 @@ class Budget:
 
         Limits only grow; counters are not part of a budget, so an extension never resets them.
 
-        >>> Budget(model_turns=6, tool_executions=4).extended({"model_turns": 2})
-        Budget(model_turns=8, tool_executions=4, deadline=None, cost=None)
+        >>> Budget(model_turns=6, tool_executions=4).extended({"model_turns": 2}).model_turns
+        8
         """
-        unknown = set(delta) - {"model_turns", "tool_executions", "cost", "deadline"}
+        unknown = set(delta) - {"model_turns", "tool_executions", "cost", "deadline", *TOKEN_LIMITS}
         if unknown:
             raise ValueError(f"budget extension has unknown keys {sorted(unknown)}")
-        for key in ("model_turns", "tool_executions", "cost"):
+        for key in ("model_turns", "tool_executions", "cost", *TOKEN_LIMITS):
             value = delta.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"budget extension {key!r} must be a non-negative number (limits only grow)")
@@ -60,11 +74,16 @@ class Budget:
             cost: float | None = (self.cost or 0.0) + float(delta["cost"])
         else:
             cost = self.cost
+        tokens = {
+            name: (getattr(self, name) or 0) + int(delta[name]) if name in delta else getattr(self, name)
+            for name in TOKEN_LIMITS
+        }
         return Budget(
             model_turns=self.model_turns + int(delta.get("model_turns", 0)),
             tool_executions=self.tool_executions + int(delta.get("tool_executions", 0)),
             deadline=delta.get("deadline", self.deadline),
             cost=cost,
+            **tokens,
         )
 
     def expired(self, now: float) -> bool:

@@ -125,7 +125,7 @@ def allowed_next_actions(status: Status, reason: Reason) -> list[NextAction]:
 
 @dataclass(frozen=True)
 class Usage:
-    """Counters consumed by a task: model attempts, tool executions, and money (if a cost budget is set)."""
+    """Counters consumed by a task: model attempts, tool executions, money and tokens."""
 
     models: int = 0
     """Model turns reserved (every attempt that left the process, retries included)."""
@@ -133,6 +133,10 @@ class Usage:
     """Tool executions reserved (every attempt, including the ones that failed)."""
     cost: float = 0.0
     """Money reserved or settled, in the unit of the price table."""
+    input_tokens: int = 0
+    """Input tokens reserved or settled (estimates replaced by the reported usage)."""
+    output_tokens: int = 0
+    """Output tokens reserved or settled."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,13 @@ class Outcome:
             status=self.status,
             reason=self.reason,
             validated_revision=self.revision,
-            used=RecordUsage(models=self.used.models, tools=self.used.tools, cost=self.used.cost),
+            used=RecordUsage(
+                models=self.used.models,
+                tools=self.used.tools,
+                cost=self.used.cost,
+                input_tokens=self.used.input_tokens,
+                output_tokens=self.used.output_tokens,
+            ),
             operation_id=self.operation_id,
             allowed_next_actions=[str(a) for a in allowed_next_actions(self.status, self.reason)],
             detail=self.detail,
@@ -193,6 +203,8 @@ class RecordUsage(BaseModel):
     models: int = Field(ge=0)
     tools: int = Field(ge=0)
     cost: float = Field(default=0.0, ge=0)
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
 
 
 class RecoveryRecord(BaseModel):
@@ -247,7 +259,9 @@ class RecoveryRecord(BaseModel):
             reason=self.reason,
             task_id=self.task_id,
             revision=self.validated_revision,
-            used=Usage(self.used.models, self.used.tools, self.used.cost),
+            used=Usage(
+                self.used.models, self.used.tools, self.used.cost, self.used.input_tokens, self.used.output_tokens
+            ),
             operation_id=self.operation_id,
             detail=self.detail,
             in_flight=tuple(self.in_flight),

@@ -149,6 +149,6 @@ def resume_guarded_sync(agent: Agent[Any], pause_id: str, **kwargs: Any) -> Outc
     >>> agent = Agent(name="ops", model=model, tools=[wipe])
     >>> paused = run_guarded_sync(agent, "wipe d1", budget=Budget(4, 2), store=store, task_id="ops-2")
     >>> resume_guarded_sync(agent, paused.pause_id, store=store, who="ana", decisions={"c1": "reject"}).used
-    Usage(models=2, tools=0, cost=0.0)
+    Usage(models=2, tools=0, cost=0.0, input_tokens=0, output_tokens=0)
     """
     return run_sync(lambda: resume_guarded(agent, pause_id, **kwargs), name="resume_guarded")
