@@ -108,9 +108,12 @@ class Policy:
     """Polls of one job (one fingerprint at one revision) while it answers pending; the next is ``wait_budget``."""
     max_wait: float | None = None
     """Seconds a job may stay pending, from its first poll; after that a poll is ``stopped/wait_budget``."""
+    max_unverified: int = 16
+    """Executions in a row that nobody verified (tools without ``verify``); reaching it is ``stopped/no_progress``.
+    They prove no progress but are not stalls: a drop-in app's different reads are not cut after three."""
 
     def __post_init__(self) -> None:
-        for name in ("max_same_call", "max_stalled", "max_polls"):
+        for name in ("max_same_call", "max_stalled", "max_polls", "max_unverified"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Policy.{name} must be an int >= 1, got {value!r}")

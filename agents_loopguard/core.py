@@ -17,6 +17,7 @@ The cycle of one call::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -28,7 +29,7 @@ from typing import Any, Literal
 from .approvals import pause_digest
 from .budget import Budget, Policy
 from .canonical import CanonicalError, fingerprint, redact
-from .evidence import Effect, Evidence, ResultStatus, VerifyFailed, parse_evidence, result_status
+from .evidence import UNVERIFIED, Effect, Evidence, ResultStatus, VerifyFailed, parse_evidence, result_status
 from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
 from .store.base import OperationState, Progress, Store, TraceEntry
 from .store.memory import MemoryStore
@@ -180,6 +181,7 @@ class Guard:
         self._fingerprint_key = key.encode() if isinstance(key, str) else key  # None: plain sha256 fingerprints
         self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
         self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
+        self._unverified = 0  # executions in a row that nobody verified (bounded by Policy.max_unverified)
         self.last_good: Any = None
         self.outcome: Outcome | None = None
         """The terminal outcome once the guard has ended; every later call returns it."""
@@ -574,6 +576,8 @@ class Guard:
                 evidence = verify(ticket.proposal, result)
             except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
                 evidence = VerifyFailed(exc)
+        if evidence is UNVERIFIED and not write:
+            return status, Evidence(revision=ticket.revision, done=False, effect=Effect.NONE, verified=False)
         proof = parse_evidence(evidence, status=status, current_revision=ticket.revision)
         if isinstance(proof, str):
             self._trace_only(ticket, "invalid_evidence")
@@ -619,11 +623,14 @@ class Guard:
         )
         operation = (op_id, OperationState(proof.effect.value), self.storable(result)) if write and op_id else None
         result_class = "cached" if ticket.replay else str(status)
+        # a pending poll and a page of records are no stall (a page seen before is a cycle, decided below); an
+        # unverified read records no progress at all
+        no_stall = (proof.pending and call.kind == "poll") or (call.kind == "page" and bool(proof.records))
         progress = self.store.record_execution(
             self.task_id,
             self._trace(call, result_class, at=at, fp=ticket.fingerprint, state=str(proof.effect) if write else None),
-            revision=None if early else proof.revision,
-            pending=proof.pending and call.kind == "poll",
+            revision=None if early or not proof.verified else proof.revision,
+            pending=no_stall,
             operation=operation,
             seen=seen,
         )
@@ -657,6 +664,13 @@ class Guard:
             cycle = _page_cycle(proof, progress)
             if cycle is not None:
                 return cycle
+        self._unverified = 0 if proof.verified else self._unverified + 1
+        if self._unverified >= self.policy.max_unverified:
+            return Verdict(
+                Status.STOPPED,
+                Reason.NO_PROGRESS,
+                f"{self._unverified} executions in a row that no verify checked (Policy.max_unverified)",
+            )
         if progress.stalled >= self.policy.max_stalled:
             return Verdict(
                 Status.STOPPED,
@@ -672,8 +686,14 @@ class Guard:
         in_flight: Sequence[str] = (),
         pause_id: str | None = None,
         result: Any = None,
+        final_output: Any = None,
     ) -> Outcome:
-        """Make ``verdict`` the terminal outcome (sticky: once ended, every call returns the first outcome)."""
+        """Make ``verdict`` the terminal outcome (sticky: once ended, every call returns the first outcome).
+
+        The store keeps the first outcome of a task: when another worker finished it first, this guard ends with
+        that stored outcome, not with ``verdict``. ``final_output`` (the model's last answer) is stored with it,
+        redacted, so a later replay of the finished task still carries it.
+        """
         if self.outcome is not None:
             return self.outcome
         self._refresh()
@@ -688,15 +708,25 @@ class Guard:
             detail=redact(verdict.detail, secrets=self.secrets),  # details quote values: keep secrets out of records
             in_flight=tuple(in_flight),
             pause_id=pause_id,
+            final_output=self.storable(final_output) if final_output is not None else None,
             result=result,
         )
-        self.store.finish(self.task_id, outcome.record().to_dict(), now=self._now())
+        record = outcome.record().to_dict()
+        kept = self.store.finish(self.task_id, record, now=self._now())
+        if kept != record:  # another worker ended the task first: its outcome is the task's
+            try:
+                stored = RecoveryRecord.from_json(kept).to_outcome()
+            except RecordError as exc:
+                raise RecordError(f"task {self.task_id!r}: {exc}") from exc
+            outcome = dataclasses.replace(stored, result=result)
         self.outcome = outcome
         self._observe(
             "outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=outcome.operation_id
         )
         logger.log(
-            logging.INFO if outcome.status is Status.COMPLETED else logging.WARNING,
+            logging.INFO
+            if outcome.status is Status.COMPLETED or outcome.reason is Reason.UNVERIFIED_FINAL
+            else logging.WARNING,
             "task %s: %s/%s (models %d, tools %d, revision %d)%s",
             self.task_id,
             outcome.status,

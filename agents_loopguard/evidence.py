@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Effect", "Evidence", "ResultStatus", "VerifyFailed", "describe", "parse_evidence", "result_status"]
+__all__ = [
+    "UNVERIFIED",
+    "Effect",
+    "Evidence",
+    "ResultStatus",
+    "Unverified",
+    "VerifyFailed",
+    "describe",
+    "parse_evidence",
+    "result_status",
+]
 
 _MAX_SAFE_INT = 2**53 - 1
 
@@ -66,6 +76,8 @@ class Evidence:
     """For pages: the next cursor. A cursor seen before is a cycle."""
     records: tuple[str, ...] = ()
     """For pages: ids of the records on this page. A page whose records were all seen before is a cycle."""
+    verified: bool = field(default=True, repr=False)
+    """False for the stand-in evidence of a read nobody verified (see :data:`UNVERIFIED`)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,18 @@ class VerifyFailed:
     """
 
     error: BaseException
+
+
+class Unverified:
+    """What stands for the evidence of a read that nobody verifies (a tool declared without ``verify``, or one the
+    run found undeclared): it proves no progress, and it is no stall either, since nothing was checked. A run of
+    such reads is bounded by ``Policy.max_unverified`` (and the same-call rule and the budgets)."""
+
+    def __repr__(self) -> str:
+        return "UNVERIFIED"
+
+
+UNVERIFIED = Unverified()
 
 
 def _getter(raw: Any) -> Any:

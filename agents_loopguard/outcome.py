@@ -164,6 +164,9 @@ class Outcome:
     """Calls that were still running when the run was cancelled or stopped."""
     pause_id: str | None = None
     """For ``needs_human``/``approval``: the stored pause to resume."""
+    final_output: Any = None
+    """The model's final answer, as stored (JSON, redacted): kept with the task, so a replay of a finished task
+    still has it."""
     result: Any = field(default=None, compare=False, repr=False)
     """The adapter's own result object (for the Agents SDK: the RunResult or the exception's run data)."""
 
@@ -191,6 +194,7 @@ class Outcome:
             detail=self.detail,
             in_flight=list(self.in_flight),
             pause_id=self.pause_id,
+            final_output=self.final_output,
         )
 
 
@@ -227,6 +231,7 @@ class RecoveryRecord(BaseModel):
     detail: str = ""
     in_flight: list[str] = Field(default_factory=list)
     pause_id: str | None = None
+    final_output: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (enums as their string values)."""
@@ -266,4 +271,5 @@ class RecoveryRecord(BaseModel):
             detail=self.detail,
             in_flight=tuple(self.in_flight),
             pause_id=self.pause_id,
+            final_output=self.final_output,
         )

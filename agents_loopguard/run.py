@@ -47,7 +47,7 @@ from typing import Any, Literal, TypeVar
 from .budget import Budget, Policy
 from .core import KINDS, Call, Guard, Kind, Ticket, Verdict
 from .errors import LoopguardError
-from .evidence import Effect, Evidence, VerifyFailed
+from .evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from .model_errors import ModelFailure
 from .outcome import Outcome, Reason, Status
 from .pricing import Price
@@ -706,8 +706,10 @@ class GuardedRun:
     ) -> Generator[Any, Answer, Any]:
         """The evidence of one attempt: the application's verify (a :class:`Check` effect), or, without one (or
         for a failed read), evidence that proves no progress."""
-        if spec.verify is None or (failed and spec.kind != "write"):
+        if failed and spec.kind != "write":  # a failed read changed nothing, verified by the failure itself
             return Evidence(revision=ticket.revision, done=False, effect=Effect.NONE)
+        if spec.verify is None:
+            return UNVERIFIED
         answer = yield Check(spec.verify, (dict(ticket.call.args), output))
         return VerifyFailed(answer.error) if answer.error is not None else answer.value
 
