@@ -149,7 +149,10 @@ def _console() -> Console:
     return console
 
 
-def _table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def _table(
+    title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]], *, free: Sequence[str] = ()
+) -> None:
+    """Print a table; on a terminal too narrow for it, the ``free`` text columns fold and the others stay whole."""
     console = _console()
     if title:
         typer.echo()
@@ -157,11 +160,16 @@ def _table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[An
         title=title,
         title_justify="left",
         box=box.SIMPLE_HEAD if console.is_terminal else None,
+        padding=(0, 1, 0, 0),
         pad_edge=False,
+        show_edge=False,
         header_style="bold" if console.is_terminal else "",
     )
     for header in headers:
-        table.add_column(header, overflow="fold")
+        if header in free:
+            table.add_column(header, overflow="fold")
+        else:
+            table.add_column(header, overflow="ellipsis", no_wrap=True)
     for row in rows:
         table.add_row(*("-" if cell is None else str(cell) for cell in row))
     if console.is_terminal:
@@ -225,6 +233,7 @@ def list_tasks(
                 ]
                 for r in rows
             ],
+            free=("task", "reason", "stop mark"),
         )
 
     _emit(rows, human)
@@ -262,6 +271,7 @@ def _show_tables(view: dict[str, Any]) -> None:
             ]
             for s in view["timeline"]
         ],
+        free=("arguments", "result", "operation"),
     )
     if view["operations"]:
         _table(
@@ -271,6 +281,7 @@ def _show_tables(view: dict[str, Any]) -> None:
                 [o["operation_id"], o["tool"], o["state"], o["attempts"], _short(o["result"]), o["updated_at"]]
                 for o in view["operations"]
             ],
+            free=("operation", "result"),
         )
     if view["pauses"]:
         _table(
@@ -287,6 +298,7 @@ def _show_tables(view: dict[str, Any]) -> None:
                 ]
                 for p in view["pauses"]
             ],
+            free=("calls", "decisions"),
         )
     if view["transitions"]:
         _table(
@@ -304,6 +316,7 @@ def _show_tables(view: dict[str, Any]) -> None:
                 ]
                 for t in view["transitions"]
             ],
+            free=("who", "why", "extension"),
         )
 
 
@@ -363,6 +376,7 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
                 [c["call_id"], c["tool"], c["operation_id"], _short(c["arguments"], 80), c["decision"]]
                 for c in view["pending_calls"]
             ],
+            free=("arguments",),
         )
 
     _emit(view, human)
@@ -393,6 +407,7 @@ def list_pauses(as_json: JsonFlag = False) -> None:
                 ]
                 for v in views
             ],
+            free=("pause", "task", "calls"),
         )
 
     _emit(views, human)
