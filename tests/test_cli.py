@@ -342,8 +342,11 @@ def test_messages_fit_the_state(sql_url: str) -> None:
     assert "stop mark set (audit)" in running and "stops at its next dispatch" in running
     again = as_json("stop", "t-2", "--reason", "other", url=sql_url)
     assert again["stop_mark"] == "audit" and again["set_now"] is False
+    waiting = loopguard("pauses", url=sql_url).stdout
+    assert pause in waiting and "c1:pay, c2:pay" in waiting
     rejected = loopguard("reject", pause, "--who", "ana", url=sql_url).stdout
     assert "c1 rejected, c2 rejected" in rejected and "rejectd" not in rejected
+    assert "no pause waits for a decision" in loopguard("pauses", url=sql_url).stdout
 
 
 def test_version_and_python_dash_m(tmp_path: Path) -> None:
@@ -402,3 +405,14 @@ def test_tables_are_coloured_only_on_a_terminal(tmp_path: Path) -> None:
     assert worker.wait(timeout=60) == 0
     screen = b"".join(chunks).decode()
     assert "\x1b[" in screen and "t-0" in screen
+
+
+@pytest.mark.timeout(180)
+def test_demo_as_json(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    records = json.loads(loopguard("demo", "--json", url=url).stdout)
+    assert [(r["status"], r["reason"]) for r in records] == [
+        ("stopped", "no_progress"),
+        ("needs_reconciliation", "executor_exception"),
+        ("needs_reconciliation", "unknown_commit"),
+    ]
