@@ -758,7 +758,7 @@ def _page_cycle(proof: Evidence, progress: Progress) -> Verdict | None:
 def create_runner(
     *,
     budget: Budget,
-    ledger: Store | None = None,
+    store: Store | None = None,
     now: Callable[[], float] = time.time,
     execute: Callable[[Any], Any],
     verify: Callable[[Any, Any], Any],
@@ -766,11 +766,14 @@ def create_runner(
     policy: Policy | None = None,
     task_id: str | None = None,
     secrets: Iterable[str] = (),
+    ledger: Store | None = None,
 ) -> Callable[[Iterable[Any]], Outcome]:
     """The article's synchronous runner: ``run(proposals) -> Outcome``, built on :class:`Guard`.
 
     Each proposal reserves one model turn, then goes through the guard; ``execute(proposal)`` runs only when the
     guard allows it, and ``verify(proposal, result)`` decides progress. A finished runner returns the same outcome.
+    ``store`` is where the task lives (default: a new :class:`~agents_loopguard.store.memory.MemoryStore`);
+    ``ledger`` is its deprecated old name (a :class:`DeprecationWarning`; passing both is a ``TypeError``).
 
     >>> from agents_loopguard import Budget
     >>> run = create_runner(
@@ -784,9 +787,16 @@ def create_runner(
     >>> run([save]) is outcome
     True
     """
+    if ledger is not None:
+        import warnings  # only this deprecated alias warns; the engine reports through logging
+
+        if store is not None and store is not ledger:
+            raise TypeError("create_runner: pass the store once, as store= (ledger= is its deprecated alias)")
+        warnings.warn("create_runner(ledger=...) is deprecated: pass store=...", DeprecationWarning, stacklevel=2)
+        store = ledger
     guard = Guard(
         budget=budget,
-        store=ledger,
+        store=store,
         task_id=task_id,
         policy=policy,
         clock=now,

@@ -27,8 +27,10 @@ __all__ = [
     "NotFoundError",
     "StateError",
     "StoreError",
+    "error_kind",
     "exit_code",
     "http_status",
+    "postgres_driver_missing",
 ]
 
 
@@ -67,3 +69,34 @@ def http_status(error: BaseException) -> int:
     if isinstance(error, StateError):
         return 409
     return 503 if isinstance(error, StoreError) else 500
+
+
+def error_kind(error: BaseException) -> str:
+    """The family of ``error`` as one word, for errors given as data (``loopguard --json``, the HTTP API).
+
+    >>> error_kind(NotFoundError("no task 't-1'")), error_kind(InputError("x")), error_kind(StateError("x"))
+    ('not_found', 'input', 'state')
+    >>> error_kind(StoreError("cannot connect"))
+    'store'
+    """
+    if isinstance(error, NotFoundError):
+        return "not_found"
+    if isinstance(error, InputError):
+        return "input"
+    if isinstance(error, StateError):
+        return "state"
+    return "store"
+
+
+def postgres_driver_missing(store: str) -> str:
+    """The one-line message of a :class:`StoreError` raised when ``store`` (a PostgreSQL URL, password hidden) is
+    used without the psycopg driver, which comes with the ``postgres`` extra.
+
+    >>> print(postgres_driver_missing("postgresql+psycopg://app@db/agents"))  # doctest: +NORMALIZE_WHITESPACE
+    postgresql+psycopg://app@db/agents: PostgreSQL needs the psycopg driver:
+    pip install 'agents-loopguard[postgres]' (SQLite needs nothing extra)
+    """
+    return (
+        f"{store}: PostgreSQL needs the psycopg driver: pip install 'agents-loopguard[postgres]' "
+        "(SQLite needs nothing extra)"
+    )
