@@ -171,13 +171,13 @@ def test_reconcile_then_record(client: httpx.Client, store: SQLStore) -> None:
     again = client.post("/api/v1/operations/inv-3/reconcile", headers=ana, json={"answer": "not_committed"})
     error = error_of(again, 409)
     assert error["kind"] == "state" and error["exit_code"] == 1
-    assert error_of(client.get("/api/v1/tasks/pay-3/record", headers=ana), 409)["kind"] == "state"  # running now
+    assert error_of(client.get("/api/v1/records/pay-3", headers=ana), 409)["kind"] == "state"  # running now
 
 
 def test_recover_extends_limits_and_keeps_counters(client: httpx.Client, store: SQLStore) -> None:
     budget_stopped(store, "search-2")
     ana = bearer("ana")
-    record = client.get("/api/v1/tasks/search-2/record", headers=ana).json()
+    record = client.get("/api/v1/records/search-2", headers=ana).json()
     assert (record["status"], record["reason"]) == ("stopped", "model_budget")
     error_of(client.post("/api/v1/tasks/search-2/recover", headers=ana, json={"why": ""}), 400)
     done = client.post("/api/v1/tasks/search-2/recover", headers=ana, json={"why": "new pages", "more_turns": 2})

@@ -121,7 +121,7 @@ def list_tasks(
     return {"tasks": rows, "limit": limit, "offset": offset}
 
 
-@router.get("/tasks/{task_id}", tags=["tasks"], summary="One task")
+@router.get("/tasks/{task_id:path}", tags=["tasks"], summary="One task")
 def show_task(
     request: Request, _: Operator, task_id: str, limit: Annotated[int | None, Query(ge=0)] = None
 ) -> dict[str, Any]:
@@ -129,26 +129,26 @@ def show_task(
     return operator.task_view(_store(request), task_id, limit=limit)
 
 
-@router.post("/tasks/{task_id}/stop", tags=["tasks"], summary="Set the stop mark")
+@router.post("/tasks/{task_id:path}/stop", tags=["tasks"], summary="Set the stop mark")
 def stop_task(request: Request, who: Operator, task_id: str, body: StopBody) -> dict[str, Any]:
     """Every later model call and tool execution of the task, by any worker, is refused; stop hooks run once."""
     return operator.stop_task(_store(request), task_id, reason=body.reason, who=who.name)
 
 
-@router.post("/tasks/{task_id}/recover", tags=["tasks"], summary="Reopen a stopped or partial task")
+@router.post("/tasks/{task_id:path}/recover", tags=["tasks"], summary="Reopen a stopped or partial task")
 def recover_task(request: Request, who: Operator, task_id: str, body: RecoverBody) -> dict[str, Any]:
     """A recorded decision; the limits grow by the explicit delta, the counters stay."""
     extend = {k: v for k, v in {"model_turns": body.more_turns, "tool_executions": body.more_tools}.items() if v}
     return operator.recover_task(_store(request), task_id, who=who.name, why=body.why, extend=extend)
 
 
-@router.get("/tasks/{task_id}/record", tags=["tasks"], summary="The task's recovery record")
+@router.get("/records/{task_id:path}", tags=["tasks"], summary="The task's recovery record")
 def task_record(request: Request, _: Operator, task_id: str) -> dict[str, Any]:
     """The stored recovery record, validated (409 while the task has no terminal outcome)."""
     return operator.task_record(_store(request), task_id)
 
 
-@router.post("/operations/{operation_id}/reconcile", tags=["operations"], summary="Record the receiver's answer")
+@router.post("/operations/{operation_id:path}/reconcile", tags=["operations"], summary="Record the receiver's answer")
 def reconcile(request: Request, who: Operator, operation_id: str, body: ReconcileBody) -> dict[str, Any]:
     """For a write whose result is unknown: committed (with its result), not_committed, or still unknown."""
     return operator.reconcile_operation(
@@ -165,13 +165,13 @@ def list_pauses(request: Request, _: Operator) -> dict[str, Any]:
     return {"pauses": operator.pending_pauses(_store(request))}
 
 
-@router.get("/pauses/{pause_id}", tags=["pauses"], summary="One pause")
+@router.get("/pauses/{pause_id:path}", tags=["pauses"], summary="One pause")
 def show_pause(request: Request, _: Operator, pause_id: str) -> dict[str, Any]:
     """Its pending calls with their decisions, the counters stored with it, its status and digest check."""
     return operator.pause_view(_store(request), pause_id)
 
 
-@router.post("/pauses/{pause_id}/decisions", tags=["pauses"], summary="Approve or reject a pause's calls")
+@router.post("/pauses/{pause_id:path}/decisions", tags=["pauses"], summary="Approve or reject a pause's calls")
 def decide(request: Request, who: Operator, pause_id: str, body: DecisionBody) -> dict[str, Any]:
     """Every pending call must be decided, and only those; the first decision wins (409 afterwards)."""
     return operator.decide_pause(
@@ -214,7 +214,7 @@ def start_activation(request: Request, caller: Caller, flow: str, body: Activati
     )
 
 
-@router.post("/flows/{flow}/activations/{event_id}/finish", tags=["activations"], summary="Say how it ended")
+@router.post("/flows/{flow}/activations/{event_id:path}/finish", tags=["activations"], summary="Say how it ended")
 def finish_activation(request: Request, caller: Caller, flow: str, event_id: str, body: FinishBody) -> dict[str, Any]:
     """Settle the reserved write from its effect and end the activation's task (twice: the stored outcome)."""
     _flow_caller(caller, flow)
@@ -229,7 +229,7 @@ def finish_activation(request: Request, caller: Caller, flow: str, event_id: str
     )
 
 
-@router.get("/flows/{flow}/activations/{event_id}", tags=["activations"], summary="One activation's task")
+@router.get("/flows/{flow}/activations/{event_id:path}", tags=["activations"], summary="One activation's task")
 def show_activation(request: Request, caller: Caller, flow: str, event_id: str) -> dict[str, Any]:
     """The activation's task: status, counters, its writes and their ledger states, its outcome."""
     _flow_caller(caller, flow)

@@ -54,7 +54,7 @@ Scope = Literal["operator", "workflow"]
 MIN_SECRET_LENGTH = 20
 """Shorter secrets are refused: a token is a password that never expires, guessable ones are no protection."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-_FLOW = re.compile(r"^[^\s,:;]{1,200}$")
+_FLOW = re.compile(r"^[^\s,:;/]{1,200}$")
 
 
 class ConfigError(InputError):

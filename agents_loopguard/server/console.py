@@ -201,14 +201,14 @@ def tasks(request: Request, status: str = "", page: int = 1, session: Session = 
     )
 
 
-@router.get("/tasks/{task_id}", response_class=HTMLResponse)
+@router.get("/tasks/{task_id:path}", response_class=HTMLResponse)
 def task(request: Request, task_id: str, session: Session = Console) -> Response:
     """One task: counters against limits, stop and recover forms, timeline, ledger with reconcile forms."""
     view = operator.task_view(_store(request), task_id, limit=TIMELINE_SHOWN)
     return _page(request, "task.html", session, view=view, t=view["task"])
 
 
-@router.get("/pauses/{pause_id}", response_class=HTMLResponse)
+@router.get("/pauses/{pause_id:path}", response_class=HTMLResponse)
 def pause(request: Request, pause_id: str, session: Session = Console) -> Response:
     """One pause, decided or not, with its decision form while it is pending."""
     view = operator.pause_view(_store(request), pause_id)
@@ -246,7 +246,7 @@ def _decisions(form: FormData) -> tuple[list[str], list[str]]:
     return approve, reject
 
 
-@router.post("/pauses/{pause_id}/decide")
+@router.post("/pauses/{pause_id:path}/decide")
 async def decide(request: Request, pause_id: str, session: Session = Console) -> Response:
     """Approve or reject the pause's calls (all, or each as chosen), with a note; recorded as the operator."""
     store, who = _store(request), session.principal.name
@@ -270,7 +270,7 @@ async def decide(request: Request, pause_id: str, session: Session = Console) ->
     return await _act(request, session, safe_next(_field(await request.form(), "back")), action)
 
 
-@router.post("/tasks/{task_id}/stop")
+@router.post("/tasks/{task_id:path}/stop")
 async def stop(request: Request, task_id: str, session: Session = Console) -> Response:
     """Set the task's stop mark, as the logged-in operator."""
     store, who = _store(request), session.principal.name
@@ -281,7 +281,7 @@ async def stop(request: Request, task_id: str, session: Session = Console) -> Re
     return await _act(request, session, f"/tasks/{quote(task_id, safe='')}", action)
 
 
-@router.post("/operations/{operation_id}/reconcile")
+@router.post("/operations/{operation_id:path}/reconcile")
 async def reconcile(request: Request, operation_id: str, session: Session = Console) -> Response:
     """Record what the receiving system says about an unknown write."""
     store, who = _store(request), session.principal.name
@@ -299,7 +299,7 @@ async def reconcile(request: Request, operation_id: str, session: Session = Cons
     return await _act(request, session, safe_next(_field(await request.form(), "back")), action)
 
 
-@router.post("/tasks/{task_id}/recover")
+@router.post("/tasks/{task_id:path}/recover")
 async def recover(request: Request, task_id: str, session: Session = Console) -> Response:
     """Reopen a stopped or partial task by a recorded decision, optionally with more turns or executions."""
     store, who = _store(request), session.principal.name
