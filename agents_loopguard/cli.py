@@ -457,6 +457,30 @@ def demo(
     run_demo(db=_state.url, model=model)
 
 
+@app.command("serve")
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="Address to listen on; one other than loopback needs tokens.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
+    secure_cookies: Annotated[
+        bool, typer.Option(help="Send the console's session cookie over HTTPS only (behind TLS).")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="Uvicorn's log level.")] = "info",
+) -> None:
+    """Serve the HTTP API (/api/v1) and the operators' web console over this store.
+
+    Tokens come from LOOPGUARD_SERVER_TOKENS: "name:operator:secret" and "name:workflow:secret:flow,flow" entries.
+
+    Without tokens it listens on loopback only, with a one-run operator token in a file only you can read.
+
+    Needs the server extra of agents-loopguard (FastAPI, Uvicorn, Jinja2).
+    """
+    try:
+        from .server.serve import serve
+    except ImportError as exc:
+        _fail(f"`loopguard serve` needs the server extra: pip install 'agents-loopguard[server]' ({exc})")
+    serve(url=_state.url, host=host, port=port, secure_cookies=secure_cookies, log_level=log_level, echo=typer.echo)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``loopguard`` console script."""
     try:  # usage errors and exits are typer's; what escapes a command is a store that cannot be used
