@@ -459,7 +459,9 @@ def demo(
 
 @app.command("serve")
 def serve_cmd(
-    host: Annotated[str, typer.Option(help="Address to listen on; one other than loopback needs tokens.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to listen on; other than loopback, tokens are required.")] = (
+        "127.0.0.1"
+    ),
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
     secure_cookies: Annotated[
         bool, typer.Option(help="Send the console's session cookie over HTTPS only (behind TLS).")

@@ -22,6 +22,7 @@ make a link or an ``@channel``), and the same data as fields under ``pause`` for
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -86,10 +87,8 @@ def _stored_pause(store: Store, pause_id: str) -> dict[str, Any]:
     for call in record.pending_calls:
         arguments: Any = call.get("arguments")
         if isinstance(arguments, str):
-            try:
+            with contextlib.suppress(ValueError):
                 arguments = json.loads(arguments)
-            except ValueError:
-                pass
         calls.append(
             {
                 "call_id": call.get("call_id"),
