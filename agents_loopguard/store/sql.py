@@ -58,6 +58,7 @@ from .base import (
     PauseRecord,
     Progress,
     StateError,
+    StopMark,
     Store,
     StoreError,
     TaskSnapshot,
@@ -741,11 +742,8 @@ class SQLStore(Store):
         )
         self.s_stop = c(
             sa.update(t)
-            .where(t.c.task_id == p("task_id"))
-            .values(
-                stop_reason=sa.func.coalesce(t.c.stop_reason, p("reason")),
-                updated_at=sa.case((t.c.stop_reason.is_(None), p("now")), else_=t.c.updated_at),
-            )
+            .where(t.c.task_id == p("task_id"), t.c.stop_reason.is_(None))
+            .values(stop_reason=p("reason"), updated_at=p("now"))
             .returning(t)
         )
         self.s_finish = c(
@@ -1651,16 +1649,25 @@ class SQLStore(Store):
 
     # --- stop mark and terminal outcome -----------------------------------------------------------------------------
 
-    def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
-        params = {"task_id": task_id, "reason": reason or "stop_requested", "now": now}
+    def set_stop_mark(
+        self, task_id: str, reason: str = "stop_requested", *, who: str | None = None, now: float = 0.0
+    ) -> StopMark:
+        stored = reason or "stop_requested"
+        params = {"task_id": task_id, "reason": stored, "now": now}
 
-        def work(cur: Any) -> TaskSnapshot:
-            row = self._one(cur, self.s_stop, params)
+        def work(cur: Any) -> StopMark:
+            row = self._one(cur, self.s_stop, params)  # only a task without a mark: the first mark wins
             if row is None:
-                raise NotFoundError(f"unknown task {task_id!r}: call ensure_task first")
-            return _snapshot(row)
+                return StopMark(_snapshot(self._get_task(cur, task_id)), False)
+            snapshot = _snapshot(row)
+            if who is not None:
+                stop = TransitionRecord(
+                    f"tr-{uuid.uuid4().hex[:12]}", task_id, "stop", who, stored, now, None, snapshot.outcome
+                )
+                self._x(cur, self.s_transition_insert, _transition_params(stop))
+            return StopMark(snapshot, True)
 
-        return self._step(work, work, durable=True)
+        return self._write(work, durable=True)
 
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
         params = {
