@@ -260,15 +260,27 @@ def show(task_id: str) -> None:
 
 
 @app.command("stop")
-def stop(task_id: str, reason: Annotated[str, typer.Option(help="Why the task is stopped.")] = "operator") -> None:
+def stop(
+    task_id: str,
+    reason: Annotated[str, typer.Option(help="Why the task is stopped.")] = "operator",
+    who: Annotated[str | None, typer.Option(help="Who stops it (recorded with the mark).")] = None,
+) -> None:
     """Set the task's stop mark: every later model call and tool execution, by any worker, is refused."""
+    from .stops import request_stop
+
     _task(task_id)
-    snapshot = _store().request_stop(task_id, reason)
+    stopped = request_stop(_store(), task_id, reason=reason, who=who)  # runs the stop hooks once, if set now
+    snapshot = stopped.task
     in_flight = [o.operation_id for o in _store().operations(task_id) if o.state is OperationState.UNKNOWN]
+    hooks = [{"hook": run.hook, "ok": run.ok, "error": run.error} for run in stopped.hooks]
     if _state.json:
-        _emit_json({"task_id": task_id, "stop_mark": snapshot.stop_reason, "writes_in_flight": in_flight})
+        _emit_json(
+            {"task_id": task_id, "stop_mark": snapshot.stop_reason, "writes_in_flight": in_flight, "hooks": hooks}
+        )
         return
     typer.echo(f"task {task_id}: stop mark set ({snapshot.stop_reason}); a running worker stops at its next dispatch")
+    for run in stopped.hooks:
+        typer.echo(f"stop hook {run.hook}: {'done' if run.ok else 'FAILED: ' + str(run.error)}")
     if in_flight:
         typer.echo(f"writes with an unknown result (reconcile before resuming): {', '.join(in_flight)}")
 
