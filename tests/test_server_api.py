@@ -285,3 +285,28 @@ def test_answers_carry_security_headers_and_no_secret(client: httpx.Client, stor
         assert response.headers["cache-control"] == "no-store"
         assert "default-src 'none'" in response.headers["content-security-policy"]
         no_secret_in(response)
+
+
+def test_ids_with_a_slash_are_addressable(client: httpx.Client, store: SQLStore) -> None:
+    paused_task(store, "tenant-a/ticket-5")
+    view = client.get("/api/v1/tasks/tenant-a%2Fticket-5", headers=bearer("ana"))
+    assert view.status_code == 200 and view.json()["task"]["task_id"] == "tenant-a/ticket-5"
+    stopped = client.post("/api/v1/tasks/tenant-a%2Fticket-5/stop", headers=bearer("ana"), json={"reason": "x"})
+    assert stopped.json()["task_id"] == "tenant-a/ticket-5" and stopped.json()["set_now"] is True
+
+
+def test_no_secret_reaches_the_server_log(
+    store: SQLStore, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level("DEBUG")
+    pause_id = paused_task(store, "ticket-1")
+    with LiveServer(create_app(store, CONFIG), log_level="debug") as live, httpx.Client(base_url=live.url) as http:
+        http.get("/api/v1/tasks", headers={"Authorization": "Bearer sk-guess-not-a-token-0123456789"})
+        http.get("/api/v1/tasks", headers=bearer("ana"))
+        http.post(f"/api/v1/pauses/{pause_id}/decisions", headers=bearer("bob"), json={"decision": "approve"})
+        http.post("/api/v1/tasks/ticket-1/stop", headers=bearer("ana"), json={"reason": f"token={PLANTED}"})
+        http.post("/login", data={"token": SECRETS["ana"]})  # no CSRF: refused, and the token is not logged
+    logged = caplog.text + "".join(capfd.readouterr())
+    assert "GET /api/v1/tasks" in logged  # the access log is there...
+    for secret in (*SECRETS.values(), PLANTED, "sk-guess-not-a-token-0123456789"):
+        assert secret not in logged  # ...and holds no secret

@@ -20,14 +20,14 @@ __all__ = ["LiveServer"]
 class LiveServer:
     """``with LiveServer(app) as server: httpx.get(server.url + "/api/v1/health")``."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, log_level: str = "warning") -> None:
         self.app = app
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.port = int(self._sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", server_header=False)
+        config = uvicorn.Config(app, log_level=log_level, lifespan="off", server_header=False)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
