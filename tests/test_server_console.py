@@ -54,6 +54,8 @@ def test_pages_need_a_login_and_keep_where_you_were_going(browser: httpx.Client)
     for path in ("/", "/tasks?status=stopped", "/tasks/t-1", "/pauses/p-1"):
         answer = browser.get(path)
         assert answer.status_code == 303 and answer.headers["location"].startswith("/login?next=")
+    expired = browser.post("/tasks/t-1/stop", data={"reason": "x"})  # a form posted after the session ended
+    assert expired.status_code == 303 and expired.headers["location"] == "/login?next=%2F"
     form = browser.get("/login?next=/tasks%3Fstatus%3Dstopped")
     answer = browser.post(
         "/login", data={"token": SECRETS["ana"], "csrf_token": csrf_in(form.text), "next": "/tasks?status=stopped"}

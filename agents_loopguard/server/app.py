@@ -86,6 +86,7 @@ async def _auth_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, AuthError)
     if isinstance(exc, NeedsLogin) and not _is_api(request):
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        target = target if request.method == "GET" else "/"  # after login, a form is not re-posted: start over
         return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     kind = "unauthorized" if exc.status == 401 else "forbidden"
