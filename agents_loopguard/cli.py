@@ -1,38 +1,41 @@
-"""The ``loopguard`` operator command: look at tasks, stop them, reconcile writes, decide pauses, export records.
+"""The ``loopguard`` operator command: look at tasks and pauses, stop tasks, reconcile writes, decide, recover, export.
 
-Every command reads the store named by ``--db`` (or ``LOOPGUARD_DATABASE_URL``, or the default SQLite file), prints
-readable tables for people and ``--json`` for scripts. Exit codes: 0 done, 1 refused by the task's state, 2 bad input
-(unknown task, pause or operation; a wrong URL; an old schema).
+Every command reads the store named by ``--db`` (or ``LOOPGUARD_DATABASE_URL``, or the default SQLite file) and
+prints tables for people (colour only on a terminal) or, with ``--json`` before or after the command, JSON for
+scripts: the data of :mod:`agents_loopguard.operator`, and an error as ``{"error": ..., "kind": ...}`` on stdout.
+Without ``--json`` an error is one line on stderr. Exit codes come from the error's family
+(:func:`agents_loopguard.errors.exit_code`): 0 done, 1 refused by the state of a task, pause or operation, 2 bad
+input (an unknown id, a wrong URL) or a store that cannot be used.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import getpass
 import json
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict, is_dataclass
-from enum import Enum
-from typing import Annotated, Any, NoReturn
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Annotated, Any
 
 import typer
-from sqlalchemy.exc import SQLAlchemyError
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
-from .approvals import check_pause, decide
-from .errors import exit_code
-from .outcome import RecordError, RecoveryRecord, allowed_next_actions
-from .recovery import RecoveryError, reconcile, recover
-from .store.base import OperationState, Store, StoreError, TaskSnapshot
+from . import operator
+from .errors import InputError, LoopguardError, NotFoundError, StoreError, error_kind, exit_code
+from .store.base import OperationState, Store
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="loopguard",
     help="Look at and act on guarded agent tasks: stop, reconcile, approve, recover, export.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts (before or after the command).")]
 
 
 class _State:
@@ -44,245 +47,400 @@ class _State:
 _state = _State()
 
 
-@app.callback()
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"loopguard {_package_version()}")
+        raise typer.Exit()
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agents-loopguard")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from . import __version__
+
+        return __version__
+
+
+@app.callback(invoke_without_command=True)
 def _options(
+    ctx: typer.Context,
     db: Annotated[
         str | None,
         typer.Option(
             "--db", envvar="LOOPGUARD_DATABASE_URL", help="Store URL (sqlite:///path or postgresql+psycopg://)"
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")] = False,
+    as_json: JsonFlag = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
-    _state.url, _state.json, _state.store = db, as_json, None
+    _state.url, _state.json, _state.store = db, _state.json or as_json, None
+    if ctx.invoked_subcommand is None:  # `loopguard` alone: what it can do
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
 
 
 # --- plumbing ---------------------------------------------------------------------------------------------
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"loopguard: {message}", err=True)
-    raise typer.Exit(code)
+def _open_store(url: str | None) -> Store:
+    """The one place the command opens a store."""
+    from .store.sql import SQLStore
+
+    try:
+        return SQLStore(url)
+    except LoopguardError:
+        raise
+    except Exception as exc:  # a malformed URL, a missing driver: say which, on one line
+        raise StoreError(f"cannot open the store {_shown_url(url)}: {type(exc).__name__}: {exc}") from exc
 
 
 def _store() -> Store:
     if _state.store is None:
-        try:
-            from .store.sql import SQLStore
-        except ImportError as exc:  # pragma: no cover - the SQL store ships with the package
-            _fail(f"the SQL store is unavailable: {exc}")
-        try:
-            _state.store = SQLStore(_state.url)
-        except StoreError as exc:
-            _fail(str(exc))
-        except Exception as exc:  # a malformed URL, a missing driver, a server that refuses: say which
-            _fail(f"cannot open the store {_state.url or '(default)'!r}: {type(exc).__name__}: {exc}")
+        _state.store = _open_store(_state.url)
     return _state.store
 
 
-def _task(task_id: str) -> TaskSnapshot:
-    task = _store().task(task_id)
-    if task is None:
-        _fail(f"no task {task_id!r} in this store; `loopguard tasks` lists them")
-    return task
+def _shown_url(url: str | None) -> str:
+    if not url:
+        return "(default)"
+    try:
+        from sqlalchemy.engine import make_url
+
+        return repr(make_url(url).render_as_string(hide_password=True))
+    except Exception:  # not even a URL: nothing in it can be hidden reliably, so show nothing of it
+        return "(the --db value, which is not a URL)"
 
 
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return _plain(asdict(value))
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+def _command() -> str:
+    from .demo import loopguard_command
+
+    return loopguard_command()
 
 
-def _emit_json(value: Any) -> None:
-    typer.echo(json.dumps(_plain(value), indent=2, sort_keys=False, default=str))
+@contextmanager
+def _listed_by(command: str) -> Iterator[None]:
+    """An unknown id gets a hint naming the command that lists the known ones."""
+    try:
+        yield
+    except NotFoundError as exc:
+        raise NotFoundError(f"{exc}; `{_command()} {command}` lists them") from exc
 
 
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+def _json_flag(as_json: bool) -> None:
+    _state.json = _state.json or as_json
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in cells:
-        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+def _emit(data: Any, human: Callable[[], None]) -> None:
+    if _state.json:
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False))
+    else:
+        human()
 
 
-def _short(value: Any, width: int = 40) -> str | None:
+def _console() -> Console:
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:  # piped: no colour (Rich's default) and no wrapping at an imagined width
+        console = Console(highlight=False, soft_wrap=True, width=10_000)
+    return console
+
+
+def _table(
+    title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]], *, free: Sequence[str] = ()
+) -> None:
+    """Print a table; on a terminal too narrow for it, the ``free`` text columns fold and the others stay whole."""
+    console = _console()
+    if title:
+        typer.echo()
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD if console.is_terminal else None,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        show_edge=False,
+        header_style="bold" if console.is_terminal else "",
+    )
+    for header in headers:
+        if header in free:
+            table.add_column(header, overflow="fold")
+        else:
+            table.add_column(header, overflow="ellipsis", no_wrap=True)
+    for row in rows:
+        table.add_row(*("-" if cell is None else str(cell) for cell in row))
+    if console.is_terminal:
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    typer.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def _short(value: Any, width: int = 48) -> str | None:
     if value is None:
         return None
-    text = json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _next_actions(task: TaskSnapshot) -> list[str]:
-    if task.outcome is None:
-        return ["stop"] if task.status == "running" else []
-    try:
-        record = RecoveryRecord.from_json(task.outcome)
-    except RecordError as exc:
-        _fail(f"task {task.task_id!r}: {exc}", 1)
-    return [str(a) for a in allowed_next_actions(record.status, record.reason)]
+def _of(row: dict[str, Any], key: str) -> str:
+    return f"{row['used'][key]:g}/{row['limits'][key]:g}" if row["limits"][key] is not None else "-"
 
 
-def _task_row(task: TaskSnapshot) -> dict[str, Any]:
-    reason = (task.outcome or {}).get("reason")
-    return {
-        "task_id": task.task_id,
-        "status": task.status,
-        "reason": reason,
-        "models": f"{task.used.models}/{task.budget.model_turns}",
-        "tools": f"{task.used.tools}/{task.budget.tool_executions}",
-        "revision": task.revision,
-        "stop_mark": task.stop_reason,
-        "updated": _when(task.updated_at),
-    }
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
-# --- commands ---------------------------------------------------------------------------------------------
+# --- views ------------------------------------------------------------------------------------------------
 
 
 @app.command("tasks")
-def list_tasks() -> None:
-    """List every task with its status and counters against limits."""
-    rows = [_task_row(t) for t in _store().tasks()]
-    if _state.json:
-        _emit_json(rows)
-        return
-    if not rows:
-        typer.echo("no tasks in this store")
-        return
-    _table(list(rows[0]), [list(r.values()) for r in rows])
+def list_tasks(
+    status: Annotated[
+        str | None, typer.Option(help=f"Only tasks with this status ({', '.join(operator.TASK_STATUSES)}).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=0, help="At most this many tasks (newest first).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List tasks, newest first: status, reason, counters against limits, revision, stop mark."""
+    _json_flag(as_json)
+    rows = operator.task_rows(_store(), status=status, limit=limit)
 
-
-@app.command("show")
-def show(task_id: str) -> None:
-    """Show one task: counters against limits, timeline, operations, pauses, transitions, next actions."""
-    task = _task(task_id)
-    store = _store()
-    trace = store.trace(task_id)
-    operations = store.operations(task_id)
-    pauses = store.pauses(task_id)
-    transitions = store.transitions(task_id)
-    actions = _next_actions(task)
-    if _state.json:
-        _emit_json(
-            {
-                "task": {**_task_row(task), "budget": task.budget, "used": task.used, "outcome": task.outcome},
-                "timeline": trace,
-                "operations": operations,
-                "pauses": [{k: v for k, v in asdict(p).items() if k != "state"} for p in pauses],
-                "transitions": transitions,
-                "allowed_next_actions": actions,
-            }
-        )
-        return
-    b, u = task.budget, task.used
-    typer.echo(f"task {task.task_id}: {task.status}" + (f" / {task.outcome['reason']}" if task.outcome else ""))
-    if task.outcome and task.outcome.get("detail"):
-        typer.echo(f"  {task.outcome['detail']}")
-    typer.echo(f"  model turns      {u.models} of {b.model_turns}")
-    typer.echo(f"  tool executions  {u.tools} of {b.tool_executions}")
-    if b.cost is not None:
-        typer.echo(f"  cost             {u.cost:.6f} of {b.cost:.6f}")
-    if b.deadline is not None:
-        typer.echo(f"  deadline         {b.deadline}")
-    typer.echo(f"  revision         {task.revision} (stalled {task.stalled})")
-    typer.echo(f"  stop mark        {task.stop_reason or '-'}")
-    typer.echo("\ntimeline")
-    _table(
-        ["seq", "kind", "tool", "arguments", "result", "models", "tools", "revision", "operation", "state"],
-        [
-            [
-                e.seq,
-                e.kind,
-                e.tool,
-                _short(e.args),
-                e.result_class,
-                e.models,
-                e.tools,
-                e.revision,
-                e.operation_id,
-                e.operation_state,
-            ]
-            for e in trace
-        ],
-    )
-    if operations:
-        typer.echo("\noperations")
+    def human() -> None:
+        if not rows:
+            typer.echo("no tasks in this store" + (f" with status {status}" if status else ""))
+            return
+        costs = any(r["limits"]["cost"] is not None for r in rows)
+        headers = ["task", "status", "reason", "turns", "tools", *(["cost"] if costs else []), "revision"]
         _table(
-            ["operation_id", "tool", "state", "attempts", "updated"],
-            [[o.operation_id, o.tool, str(o.state), o.attempts, _when(o.updated_at)] for o in operations],
-        )
-    if pauses:
-        typer.echo("\npauses")
-        _table(
-            ["pause_id", "status", "calls", "decisions", "by", "created"],
+            None,
+            [*headers, "stop mark", "updated"],
             [
                 [
-                    p.pause_id,
-                    p.status,
-                    ", ".join(f"{c.get('call_id')}:{c.get('tool')}" for c in p.pending_calls),
-                    ", ".join(f"{k}={v}" for k, v in p.decisions.items()) or "-",
-                    p.resumed_by or p.decided_by,
-                    _when(p.created_at),
+                    r["task_id"],
+                    r["status"],
+                    r["reason"],
+                    _of(r, "models"),
+                    _of(r, "tools"),
+                    *([_of(r, "cost")] if costs else []),
+                    r["revision"],
+                    r["stop_mark"],
+                    r["updated_at"],
                 ]
-                for p in pauses
+                for r in rows
             ],
+            free=("task", "reason", "stop mark"),
         )
-    if transitions:
-        typer.echo("\ntransitions")
+
+    _emit(rows, human)
+
+
+def _show_summary(view: dict[str, Any]) -> None:
+    task = view["task"]
+    used, limits, left = task["used"], task["limits"], task["left"]
+    outcome = task["outcome"] or {}
+    typer.echo(f"task {task['task_id']}: {task['status']}" + (f" / {outcome['reason']}" if outcome else ""))
+    if outcome.get("detail"):
+        typer.echo(f"  {outcome['detail']}")
+    if view["record_error"]:
+        typer.echo(f"  stored record refused: {view['record_error']}")
+    typer.echo(f"  model turns      {used['models']} of {limits['models']} ({left['models']} left)")
+    typer.echo(f"  tool executions  {used['tools']} of {limits['tools']} ({left['tools']} left)")
+    if limits["cost"] is not None:
+        typer.echo(f"  cost             {used['cost']:.6f} of {limits['cost']:.6f} ({left['cost']:.6f} left)")
+    if task["deadline"] is not None:
+        typer.echo(f"  deadline         {task['deadline']}")
+    typer.echo(f"  revision         {task['revision']} (stalled {task['stalled']})")
+    typer.echo(f"  stop mark        {task['stop_mark'] or '-'}")
+    typer.echo(f"  created          {task['created_at'] or '-'}   updated {task['updated_at'] or '-'}")
+
+
+def _show_tables(view: dict[str, Any]) -> None:
+    shown, total = len(view["timeline"]), view["timeline_total"]
+    _table(
+        "timeline" + (f" (the last {shown} of {total} steps)" if shown < total else ""),
+        ["seq", "at", "kind", "tool", "arguments", "result", "turns", "tools", "revision", "operation", "state"],
+        [
+            [
+                *(s["seq"], s["at"], s["kind"], s["tool"], _short(s["arguments"]), s["result_class"]),
+                *(s["models"], s["tools"], s["revision"], s["operation_id"], s["operation_state"]),
+            ]
+            for s in view["timeline"]
+        ],
+        free=("arguments", "result", "operation"),
+    )
+    if view["operations"]:
         _table(
+            "operations",
+            ["operation", "tool", "state", "attempts", "result", "updated"],
+            [
+                [o["operation_id"], o["tool"], o["state"], o["attempts"], _short(o["result"]), o["updated_at"]]
+                for o in view["operations"]
+            ],
+            free=("operation", "result"),
+        )
+    if view["pauses"]:
+        _table(
+            "pauses",
+            ["pause", "status", "calls", "decisions", "by", "created"],
+            [
+                [
+                    p["pause_id"],
+                    p["status"] + ("" if p["digest_ok"] else " (DIGEST MISMATCH)"),
+                    ", ".join(f"{c['call_id']}:{c['tool']}" for c in p["pending_calls"]),
+                    ", ".join(f"{k}={v}" for k, v in p["decisions"].items()) or None,
+                    p["resumed_by"] or p["decided_by"],
+                    p["created_at"],
+                ]
+                for p in view["pauses"]
+            ],
+            free=("calls", "decisions"),
+        )
+    if view["transitions"]:
+        _table(
+            "transitions",
             ["kind", "who", "why", "pause", "from", "extension", "at"],
             [
                 [
-                    t.kind,
-                    t.who,
-                    t.why,
-                    t.pause_id,
-                    (t.from_outcome or {}).get("reason"),
-                    json.dumps(t.budget_delta) if t.budget_delta else "-",
-                    _when(t.at),
+                    t["kind"],
+                    t["who"],
+                    t["why"],
+                    t["pause_id"],
+                    (t["from_outcome"] or {}).get("reason"),
+                    _short(t["budget_delta"]) if t["budget_delta"] else None,
+                    t["at"],
                 ]
-                for t in transitions
+                for t in view["transitions"]
             ],
+            free=("who", "why", "extension"),
         )
-    typer.echo(f"\nallowed next actions: {', '.join(actions) or '-'}")
+
+
+@app.command("show")
+def show(
+    task_id: str,
+    limit: Annotated[int | None, typer.Option(min=0, help="Only the last N steps of the timeline.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show one task: counters against limits, timeline, operations, pauses, transitions, next actions."""
+    _json_flag(as_json)
+    with _listed_by("tasks"):
+        view = operator.task_view(_store(), task_id, limit=limit)
+
+    def human() -> None:
+        _show_summary(view)
+        _show_tables(view)
+        typer.echo(f"\nallowed next actions: {', '.join(view['allowed_next_actions']) or '-'}")
+
+    _emit(view, human)
+
+
+@app.command("record")
+def record(task_id: str, as_json: JsonFlag = False) -> None:
+    """Export the task's recovery record as JSON."""
+    _json_flag(as_json)
+    with _listed_by("tasks"):
+        data = operator.task_record(_store(), task_id)
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _pause_lines(view: dict[str, Any]) -> None:
+    typer.echo(
+        f"pause {view['pause_id']} of task {view['task_id']}: {view['status']}"
+        + ("" if view["digest_ok"] else "  (DIGEST MISMATCH: refused)")
+    )
+    used, limits = view["used"], view["limits"]
+    typer.echo(
+        f"  stored with: {used['models']}/{limits['models']} model turns, "
+        f"{used['tools']}/{limits['tools']} tool executions"
+    )
+
+
+@app.command("pause")
+def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
+    """Show a pause: its pending calls, the counters stored with it, its status, whether its digest matches."""
+    _json_flag(as_json)
+    with _listed_by("pauses"):
+        view = operator.pause_view(_store(), pause_id)
+
+    def human() -> None:
+        _pause_lines(view)
+        _table(
+            None,
+            ["call", "tool", "operation", "arguments", "decision"],
+            [
+                [c["call_id"], c["tool"], c["operation_id"], _short(c["arguments"], 80), c["decision"]]
+                for c in view["pending_calls"]
+            ],
+            free=("arguments",),
+        )
+
+    _emit(view, human)
+
+
+@app.command("pauses")
+def list_pauses(as_json: JsonFlag = False) -> None:
+    """List the pauses waiting for a decision, with what their task has left."""
+    _json_flag(as_json)
+    views = operator.pending_pauses(_store())
+
+    def human() -> None:
+        if not views:
+            typer.echo("no pause waits for a decision")
+            return
+        _table(
+            None,
+            ["pause", "task", "calls", "turns left", "tools left", "digest", "created"],
+            [
+                [
+                    v["pause_id"],
+                    v["task_id"],
+                    ", ".join(f"{c['call_id']}:{c['tool']}" for c in v["pending_calls"]),
+                    (v["task"] or v)["left"]["models"],
+                    (v["task"] or v)["left"]["tools"],
+                    "ok" if v["digest_ok"] else "MISMATCH",
+                    v["created_at"],
+                ]
+                for v in views
+            ],
+            free=("pause", "task", "calls"),
+        )
+
+    _emit(views, human)
+
+
+# --- actions ----------------------------------------------------------------------------------------------
+
+
+def _operator_name() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment (a container without USER/LOGNAME)
+        return "operator"
 
 
 @app.command("stop")
 def stop(
     task_id: str,
     reason: Annotated[str, typer.Option(help="Why the task is stopped.")] = "operator",
-    who: Annotated[str | None, typer.Option(help="Who stops it (recorded with the mark).")] = None,
+    who: Annotated[str | None, typer.Option(help="Who stops it (default: your user name).")] = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Set the task's stop mark: every later model call and tool execution, by any worker, is refused."""
-    from .stops import request_stop
+    _json_flag(as_json)
+    with _listed_by("tasks"):
+        done = operator.stop_task(_store(), task_id, reason=reason, who=who or _operator_name())
 
-    _task(task_id)
-    stopped = request_stop(_store(), task_id, reason=reason, who=who)  # runs the stop hooks once, if set now
-    snapshot = stopped.task
-    in_flight = [o.operation_id for o in _store().operations(task_id) if o.state is OperationState.UNKNOWN]
-    hooks = [{"hook": run.hook, "ok": run.ok, "error": run.error} for run in stopped.hooks]
-    if _state.json:
-        _emit_json(
-            {"task_id": task_id, "stop_mark": snapshot.stop_reason, "writes_in_flight": in_flight, "hooks": hooks}
-        )
-        return
-    typer.echo(f"task {task_id}: stop mark set ({snapshot.stop_reason}); a running worker stops at its next dispatch")
-    for run in stopped.hooks:
-        typer.echo(f"stop hook {run.hook}: {'done' if run.ok else 'FAILED: ' + str(run.error)}")
-    if in_flight:
-        typer.echo(f"writes with an unknown result (reconcile before resuming): {', '.join(in_flight)}")
+    def show() -> None:
+        typer.echo(done["message"])
+        for run in done["hooks"]:  # the stop hooks ran once, here, because this call set the mark
+            typer.echo(f"stop hook {run['hook']}: {'done' if run['ok'] else 'FAILED: ' + str(run['error'])}")
+
+    _emit(done, show)
 
 
 @app.command("reconcile")
@@ -292,65 +450,31 @@ def reconcile_cmd(
     who: Annotated[str, typer.Option(help="Who queried the receiver.")],
     why: Annotated[str, typer.Option(help="Evidence: what the receiver answered.")] = "",
     result: Annotated[str | None, typer.Option(help="The receiver's result, as JSON (for committed).")] = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Record the receiving system's answer for a write whose result is unknown."""
+    _json_flag(as_json)
     try:
         parsed = json.loads(result) if result is not None else None
     except json.JSONDecodeError as exc:
-        _fail(f"--result is not JSON: {exc}")
-    try:
-        outcome = reconcile(_store(), operation_id, answer, who=who, why=why, result=parsed)
-    except RecoveryError as exc:
-        _fail(str(exc), exit_code(exc))
-    actions = [str(a) for a in outcome.allowed_next_actions]
-    reopened = outcome.transition is not None
-    if _state.json:
-        _emit_json(
-            {
-                "operation_id": operation_id,
-                "state": str(outcome.operation.state),
-                "task_id": outcome.operation.task_id,
-                "task_reopened": reopened,
-                "allowed_next_actions": actions,
-            }
-        )
-        return
-    typer.echo(
-        f"operation {operation_id}: {outcome.operation.state}; task {outcome.operation.task_id} "
-        f"{'reopened' if reopened else 'unchanged'}; next: {', '.join(actions)}"
-    )
+        raise InputError(f"--result is not JSON: {exc}") from None
+    done = operator.reconcile_operation(_store(), operation_id, answer, who=who, why=why, result=parsed)
+    _emit(done, lambda: typer.echo(f"{done['message']}; next: {', '.join(done['allowed_next_actions'])}"))
 
 
-def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[str], all_verb: str | None) -> None:
-    try:
-        record = decide(
+def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[str], verb: str | None) -> None:
+    with _listed_by("pauses"):
+        done = operator.decide_pause(
             _store(),
             pause_id,
             who=who,
             why=why,
             approve=approve,
             reject=reject,
-            approve_all=all_verb == "approve",
-            reject_all=all_verb == "reject",
+            approve_all=verb == "approve",
+            reject_all=verb == "reject",
         )
-    except StoreError as exc:
-        _fail(str(exc), exit_code(exc))
-    if _state.json:
-        _emit_json(
-            {
-                "pause_id": record.pause_id,
-                "task_id": record.task_id,
-                "status": record.status,
-                "decisions": record.decisions,
-                "decided_by": record.decided_by,
-            }
-        )
-        return
-    typer.echo(
-        f"pause {record.pause_id} of task {record.task_id}: "
-        + ", ".join(f"{k} {v}d" for k, v in record.decisions.items())
-        + "; the application's resume applies these decisions"
-    )
+    _emit(done, lambda: typer.echo(done["message"]))
 
 
 @app.command("approve")
@@ -360,8 +484,10 @@ def approve(
     call: Annotated[list[str] | None, typer.Option(help="Approve only this call id (repeatable).")] = None,
     reject_call: Annotated[list[str] | None, typer.Option("--reject", help="Reject this call id (repeatable).")] = None,
     why: Annotated[str, typer.Option(help="Why.")] = "",
+    as_json: JsonFlag = False,
 ) -> None:
     """Approve a pause's pending calls (all of them, or those named with --call; --reject names the others)."""
+    _json_flag(as_json)
     _decide(pause_id, who, why, call or [], reject_call or [], None if (call or reject_call) else "approve")
 
 
@@ -371,8 +497,10 @@ def reject(
     who: Annotated[str, typer.Option(help="Who rejects.")],
     call: Annotated[list[str] | None, typer.Option(help="Reject only this call id (repeatable).")] = None,
     why: Annotated[str, typer.Option(help="Why.")] = "",
+    as_json: JsonFlag = False,
 ) -> None:
     """Reject a pause's pending calls (all of them, or those named with --call)."""
+    _json_flag(as_json)
     _decide(pause_id, who, why, [], call or [], None if call else "reject")
 
 
@@ -383,74 +511,14 @@ def recover_cmd(
     why: Annotated[str, typer.Option(help="The evidence for continuing.")],
     more_turns: Annotated[int, typer.Option(min=0, help="Model turns to add to the limit.")] = 0,
     more_tools: Annotated[int, typer.Option(min=0, help="Tool executions to add to the limit.")] = 0,
+    as_json: JsonFlag = False,
 ) -> None:
     """Reopen a stopped or partial task by a recorded decision, optionally extending its limits; counters stay."""
-    _task(task_id)
+    _json_flag(as_json)
     delta = {k: v for k, v in {"model_turns": more_turns, "tool_executions": more_tools}.items() if v}
-    try:
-        transition = recover(_store(), task_id, who=who, why=why, extend=delta)
-    except RecoveryError as exc:
-        _fail(str(exc), exit_code(exc))
-    if _state.json:
-        _emit_json(transition)
-        return
-    task = _task(task_id)
-    typer.echo(
-        f"task {task_id} reopened by {who}: limits now {task.budget.model_turns} turns, "
-        f"{task.budget.tool_executions} tool executions; used so far {task.used.models} and {task.used.tools}"
-    )
-
-
-@app.command("record")
-def record(task_id: str) -> None:
-    """Export the task's recovery record as JSON."""
-    task = _task(task_id)
-    if task.outcome is None:
-        _fail(f"task {task_id!r} has no terminal outcome yet (status {task.status})", 1)
-    try:
-        rec = RecoveryRecord.from_json(task.outcome)
-    except RecordError as exc:
-        _fail(f"task {task_id!r}: {exc}", 1)
-    typer.echo(json.dumps(rec.to_dict(), indent=2))
-
-
-@app.command("pause")
-def show_pause(pause_id: str) -> None:
-    """Show a pause: its pending calls, the budget stored with it, and its status."""
-    record = _store().pause(pause_id)
-    if record is None:
-        _fail(f"no pause {pause_id!r} in this store")
-    try:
-        check_pause(record)
-        intact = True
-    except StoreError:
-        intact = False
-    data = {k: v for k, v in asdict(record).items() if k != "state"}
-    data["digest_ok"] = intact
-    if _state.json:
-        _emit_json(data)
-        return
-    typer.echo(
-        f"pause {record.pause_id} of task {record.task_id}: {record.status}"
-        + ("" if intact else "  (DIGEST MISMATCH: refused)")
-    )
-    typer.echo(
-        f"  stored with: {record.used.models}/{record.budget.model_turns} model turns, "
-        f"{record.used.tools}/{record.budget.tool_executions} tool executions"
-    )
-    _table(
-        ["call_id", "tool", "operation_id", "arguments", "decision"],
-        [
-            [
-                c.get("call_id"),
-                c.get("tool"),
-                c.get("operation_id"),
-                c.get("arguments"),
-                record.decisions.get(str(c.get("call_id"))),
-            ]
-            for c in record.pending_calls
-        ],
-    )
+    with _listed_by("tasks"):
+        done = operator.recover_task(_store(), task_id, who=who, why=why, extend=delta)
+    _emit(done, lambda: typer.echo(done["message"]))
 
 
 @app.command("demo")
@@ -458,15 +526,21 @@ def demo(
     model: Annotated[
         str | None, typer.Option(help="Run on this real model (needs OPENAI_API_KEY) instead of the scripted one.")
     ] = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Run the demo: an agent looping on a search, and a payment whose response is lost, on this store."""
     import os
 
     from .demo import run_demo
 
+    _json_flag(as_json)
     if model and not os.environ.get("OPENAI_API_KEY"):
-        _fail("--model needs OPENAI_API_KEY; without it the demo runs its scripted model")
-    run_demo(db=_state.url, model=model)
+        raise InputError("--model needs OPENAI_API_KEY; without it the demo runs its scripted model")
+    if _state.json:
+        outcomes = run_demo(db=_state.url, model=model, out=lambda line: None)
+        _emit([o.record().to_dict() for o in outcomes], lambda: None)
+    else:
+        run_demo(db=_state.url, model=model)
 
 
 @app.command("serve")
@@ -491,21 +565,60 @@ def serve_cmd(
     try:
         from .server.serve import serve
     except ImportError as exc:
-        _fail(f"`loopguard serve` needs the server extra: pip install 'agents-loopguard[server]' ({exc})")
+        raise InputError(
+            f"`loopguard serve` needs the server extra: pip install 'agents-loopguard[server]' ({exc})"
+        ) from None
     serve(url=_state.url, host=host, port=port, secure_cookies=secure_cookies, log_level=log_level, echo=typer.echo)
 
 
+# --- entry point ------------------------------------------------------------------------------------------
+
+
+def _fail(error: BaseException) -> int:
+    """Report ``error`` (JSON on stdout under --json, else one line on stderr); return its exit code."""
+    message = _one_line(str(error)) or type(error).__name__
+    if _state.json:
+        typer.echo(json.dumps({"error": message, "kind": error_kind(error), "exit_code": exit_code(error)}))
+    else:
+        typer.echo(f"loopguard: {message}", err=True)
+    return exit_code(error)
+
+
+def _run(args: list[str]) -> int:
+    try:
+        code = app(args=args, prog_name="loopguard", standalone_mode=False)
+    except typer.TyperException as exc:  # usage: a missing option, a bad value, an unknown command
+        ctx = getattr(exc, "ctx", None)
+        path = str(ctx.command_path).partition(" ")[2] if ctx is not None else ""
+        hint = f"; see `{' '.join([_command(), *([path] if path else []), '--help'])}`"
+        return _fail(InputError(exc.format_message().rstrip(".") + hint))
+    except typer.Abort:  # end of input at a prompt
+        return _fail(InputError("aborted"))
+    except LoopguardError as exc:
+        return _fail(exc)
+    except Exception as exc:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        if not isinstance(exc, SQLAlchemyError):
+            raise
+        cause = getattr(exc, "orig", None) or exc  # the database went away or refused us mid-command
+        return _fail(StoreError(f"cannot use the store {_shown_url(_state.url)}: {cause}"))
+    return code if isinstance(code, int) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``loopguard`` console script."""
-    try:  # usage errors and exits are typer's; what escapes a command is a store that cannot be used
-        app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="loopguard")
-    except StoreError as exc:
-        typer.echo(f"loopguard: {exc}", err=True)
-        raise SystemExit(exit_code(exc)) from None
-    except SQLAlchemyError as exc:  # the database went away or refused us mid-command: say so, no traceback
-        cause = getattr(exc, "orig", None) or exc
-        typer.echo(f"loopguard: cannot use the store {_state.url or '(default)'!r}: {cause}".rstrip(), err=True)
-        raise SystemExit(2) from None
+    """Entry point of the ``loopguard`` console script and of ``python -m agents_loopguard``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    options = args[: args.index("--")] if "--" in args else args
+    _state.json = "--json" in options  # so that an error before the command parses is JSON too
+    try:
+        code = _run(args)
+    finally:
+        store, _state.store = _state.store, None
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":  # python -m agents_loopguard.cli

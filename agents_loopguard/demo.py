@@ -11,12 +11,16 @@ The records go to the store named by ``--db`` / ``LOOPGUARD_DATABASE_URL`` (defa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shlex
+import shutil
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .budget import Budget
@@ -105,16 +109,52 @@ def _payment_model(round_: int, invoice: int) -> Any:
     )
 
 
-def _show(title: str, outcome: Outcome) -> None:
-    print(f"\n== {title}")
-    print(f"   outcome: {outcome.status} / {outcome.reason}")
+def _count(n: int, word: str) -> str:
+    """``1 model turn``, ``2 model turns``."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _relative(path: Path) -> str:
+    """``path`` as short as it can be typed from here: relative when under the working directory."""
+    if path.is_absolute():
+        with contextlib.suppress(ValueError):
+            path = path.relative_to(Path.cwd())
+    text = str(path)
+    return text if os.sep in text else f".{os.sep}{text}"
+
+
+def loopguard_command() -> str:
+    """The ``loopguard`` command as the user can run it here: ``loopguard`` when that is the one on ``PATH``, else
+    the path of this installation's script (relative when under the working directory), else ``python -m
+    agents_loopguard`` with this interpreter.
+
+    >>> loopguard_command().endswith(("loopguard", "-m agents_loopguard"))
+    True
+    """
+    scripts = [Path(sys.executable).parent / "loopguard"]
+    if sys.argv and Path(sys.argv[0]).name == "loopguard":
+        scripts.insert(0, Path(sys.argv[0]))  # as it was typed
+    on_path = shutil.which("loopguard")
+    for script in scripts:
+        if script.is_file():
+            if on_path and Path(on_path).resolve() == script.resolve():
+                return "loopguard"
+            return shlex.quote(_relative(script))
+    return f"{shlex.quote(_relative(Path(sys.executable)))} -m agents_loopguard"
+
+
+def _show(out: Callable[[str], None], title: str, outcome: Outcome) -> None:
+    out(f"\n== {title}")
+    out(f"   outcome: {outcome.status} / {outcome.reason}")
     if outcome.detail:
-        print(f"   why:     {outcome.detail}")
-    print(f"   used:    {outcome.used.models} model turns, {outcome.used.tools} tool executions")
+        out(f"   why:     {outcome.detail}")
+    out(f"   used:    {_count(outcome.used.models, 'model turn')}, {_count(outcome.used.tools, 'tool execution')}")
 
 
-def run_demo(*, db: str | None = None, model: str | None = None, suffix: str | None = None) -> list[Outcome]:
-    """Run both demo tasks on the store at ``db`` and return their outcomes.
+def run_demo(
+    *, db: str | None = None, model: str | None = None, suffix: str | None = None, out: Callable[[str], None] = print
+) -> list[Outcome]:
+    """Run both demo tasks on the store at ``db``, telling the story line by line to ``out``; return their outcomes.
 
     >>> import tempfile, os
     >>> folder = tempfile.mkdtemp()
@@ -157,8 +197,8 @@ def run_demo(*, db: str | None = None, model: str | None = None, suffix: str | N
         store=store,
         task_id=search_task,
     )
-    _show("an agent searching in circles", searched)
-    print(f"   searches that ran: {len(_searches)} of 8 proposed; documents verified: {sorted(_found)}")
+    _show(out, "an agent searching in circles", searched)
+    out(f"   searches that ran: {len(_searches)} of 8 proposed; documents verified: {sorted(_found)}")
     outcomes.append(searched)
 
     pay_task = f"demo-payment-{run_id}"
@@ -169,7 +209,7 @@ def run_demo(*, db: str | None = None, model: str | None = None, suffix: str | N
         store=store,
         task_id=pay_task,
     )
-    _show("a payment whose response was lost", paid)
+    _show(out, "a payment whose response was lost", paid)
     outcomes.append(paid)
 
     retry_task = f"demo-payment-retry-{run_id}"
@@ -180,19 +220,20 @@ def run_demo(*, db: str | None = None, model: str | None = None, suffix: str | N
         store=store,
         task_id=retry_task,
     )
-    _show("a new run asked to pay the same invoice again", retried)
-    print(f"   payments the receiver holds: {len(_accepted)} (the guard never re-sent the unknown write)")
+    _show(out, "a new run asked to pay the same invoice again", retried)
+    out(f"   payments the receiver holds: {len(_accepted)} (the guard never re-sent the unknown write)")
     outcomes.append(retried)
 
     stored = store.task(pay_task)
-    print("\n== the recovery record stored for the payment task")
-    print("   " + json.dumps(stored.outcome if stored else None, indent=2).replace("\n", "\n   "))
-    where = f"--db {db} " if db and db != os.environ.get("LOOPGUARD_DATABASE_URL") else ""
-    print("\n== look at it with the operator command")
-    print(f"   loopguard {where}tasks")
-    print(f"   loopguard {where}show {search_task}")
-    print(f"   loopguard {where}show {pay_task}")
-    print(f"   loopguard {where}reconcile {paid.operation_id} committed --who you --why 'receiver shows it paid'")
+    out("\n== the recovery record stored for the payment task")
+    out("   " + json.dumps(stored.outcome if stored else None, indent=2).replace("\n", "\n   "))
+    where = f"--db {shlex.quote(db)} " if db and db != os.environ.get("LOOPGUARD_DATABASE_URL") else ""
+    command = f"{loopguard_command()} {where}"
+    out("\n== look at it with the operator command")
+    out(f"   {command}tasks")
+    out(f"   {command}show {search_task}")
+    out(f"   {command}show {pay_task}")
+    out(f"   {command}reconcile {paid.operation_id} committed --who you --why 'receiver shows it paid'")
     store.close()
     return outcomes
 

@@ -53,6 +53,7 @@ __all__ = [
     "TASK_STATUSES",
     "decide_pause",
     "iso_time",
+    "operation_view",
     "pause_view",
     "pending_pauses",
     "reconcile_operation",
@@ -354,6 +355,21 @@ def pending_pauses(store: Store) -> list[dict[str, Any]]:
             view["task"] = None
         waiting.append(view)
     return waiting
+
+
+def operation_view(store: Store, operation_id: str) -> dict[str, Any]:
+    """One operation of the ledger: its task, tool, state, stored result (redacted), attempts and times.
+
+    >>> from agents_loopguard import MemoryStore
+    >>> operation_view(MemoryStore(), "inv-1")
+    Traceback (most recent call last):
+    ...
+    agents_loopguard.errors.NotFoundError: no operation 'inv-1' in this store
+    """
+    record = store.lookup_operation(operation_id)
+    if record is None:
+        raise NotFoundError(f"no operation {operation_id!r} in this store")
+    return _operation(record)
 
 
 def task_record(store: Store, task_id: str) -> dict[str, Any]:

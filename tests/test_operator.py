@@ -26,6 +26,7 @@ from agents_loopguard.approvals import pause_digest
 from agents_loopguard.operator import (
     decide_pause,
     iso_time,
+    operation_view,
     pause_view,
     pending_pauses,
     reconcile_operation,
@@ -153,6 +154,7 @@ def test_task_view_of_a_lost_write(store: Store) -> None:
     assert all(ISO.match(s["at"]) for s in view["timeline"])
     (operation,) = view["operations"]
     assert operation["state"] == "unknown" and operation["attempts"] == 1
+    assert operation_view(store, "inv-7") == operation and operation["task_id"] == "t-pay"
     assert view["allowed_next_actions"] == ["query_operation_status", "human_review"]
     assert view["pauses"] == [] and view["transitions"] == []
 
@@ -179,6 +181,7 @@ def test_unknown_ids_are_not_found(store: Store) -> None:
         lambda: task_view(store, "nope"),
         lambda: task_record(store, "nope"),
         lambda: pause_view(store, "nope"),
+        lambda: operation_view(store, "nope"),
         lambda: stop_task(store, "nope", reason="x", who="ana"),
         lambda: decide_pause(store, "nope", who="ana", approve_all=True),
         lambda: reconcile_operation(store, "nope", "committed", who="ops"),
