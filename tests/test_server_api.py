@@ -161,6 +161,9 @@ def test_reconcile_then_record(client: httpx.Client, store: SQLStore) -> None:
     ana = bearer("ana")
     bad = client.post("/api/v1/operations/inv-3/reconcile", headers=ana, json={"answer": "maybe"})
     assert error_of(bad, 400)["kind"] == "input"
+    before = client.get("/api/v1/operations/inv-3", headers=ana).json()
+    assert (before["state"], before["task_id"], before["attempts"]) == ("unknown", "pay-3", 1)
+    assert error_of(client.get("/api/v1/operations/nope", headers=ana), 404)["kind"] == "not_found"
     done = client.post(
         "/api/v1/operations/inv-3/reconcile",
         headers=ana,

@@ -148,6 +148,12 @@ def task_record(request: Request, _: Operator, task_id: str) -> dict[str, Any]:
     return operator.task_record(_store(request), task_id)
 
 
+@router.get("/operations/{operation_id:path}", tags=["operations"], summary="One ledger operation")
+def show_operation(request: Request, _: Operator, operation_id: str) -> dict[str, Any]:
+    """Its task, tool, state (unknown, committed, not_committed), stored result (redacted), attempts and times."""
+    return operator.operation_view(_store(request), operation_id)
+
+
 @router.post("/operations/{operation_id:path}/reconcile", tags=["operations"], summary="Record the receiver's answer")
 def reconcile(request: Request, who: Operator, operation_id: str, body: ReconcileBody) -> dict[str, Any]:
     """For a write whose result is unknown: committed (with its result), not_committed, or still unknown."""
