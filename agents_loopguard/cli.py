@@ -434,7 +434,13 @@ def stop(
     _json_flag(as_json)
     with _listed_by("tasks"):
         done = operator.stop_task(_store(), task_id, reason=reason, who=who or _operator_name())
-    _emit(done, lambda: typer.echo(done["message"]))
+
+    def show() -> None:
+        typer.echo(done["message"])
+        for run in done["hooks"]:  # the stop hooks ran once, here, because this call set the mark
+            typer.echo(f"stop hook {run['hook']}: {'done' if run['ok'] else 'FAILED: ' + str(run['error'])}")
+
+    _emit(done, show)
 
 
 @app.command("reconcile")
@@ -535,6 +541,34 @@ def demo(
         _emit([o.record().to_dict() for o in outcomes], lambda: None)
     else:
         run_demo(db=_state.url, model=model)
+
+
+@app.command("serve")
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="Address to listen on; other than loopback, tokens are required.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
+    secure_cookies: Annotated[
+        bool, typer.Option(help="Send the console's session cookie over HTTPS only (behind TLS).")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="Uvicorn's log level.")] = "info",
+) -> None:
+    """Serve the HTTP API (/api/v1) and the operators' web console over this store.
+
+    Tokens come from LOOPGUARD_SERVER_TOKENS: "name:operator:secret" and "name:workflow:secret:flow,flow" entries.
+
+    Without tokens it listens on loopback only, with a one-run operator token in a file only you can read.
+
+    Needs the server extra of agents-loopguard (FastAPI, Uvicorn, Jinja2).
+    """
+    try:
+        from .server.serve import serve
+    except ImportError as exc:
+        raise InputError(
+            f"`loopguard serve` needs the server extra: pip install 'agents-loopguard[server]' ({exc})"
+        ) from None
+    serve(url=_state.url, host=host, port=port, secure_cookies=secure_cookies, log_level=log_level, echo=typer.echo)
 
 
 # --- entry point ------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from .canonical import redact
 from .errors import InputError, NotFoundError, StateError
 from .outcome import RecordError, RecoveryRecord, Status, Usage
 from .recovery import reconcile, recover
+from .stops import request_stop
 from .store.base import (
     OperationRecord,
     OperationState,
@@ -416,8 +417,9 @@ def _stop_message(before: TaskSnapshot, after: TaskSnapshot, unknown: list[str])
 def stop_task(store: Store, task_id: str, *, reason: str, who: str) -> dict[str, Any]:
     """Set the task's stop mark: every later model call and tool execution, by any worker, is refused.
 
-    The first mark wins (a later stop keeps it). The store keeps the reason, not who: ``who`` goes to the
-    ``agents_loopguard.operator`` logger with the reason. Returns the task's status, the mark, whether it was set
+    The first mark wins (a later stop keeps it). The store records who set it (a ``stop`` transition), and the
+    stop hooks run once, in this process, when this call set the mark (:func:`agents_loopguard.stops.request_stop`;
+    ``hooks`` lists each with its error, if any). Returns the task's status, the mark, whether it was set
     by this call, the writes whose result is unknown, and a ``message`` that fits the task's state.
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore, Reason, Status
@@ -431,7 +433,8 @@ def stop_task(store: Store, task_id: str, *, reason: str, who: str) -> dict[str,
         raise InputError("a stop is recorded with who asked for it")
     before = _task(store, task_id)
     stored_reason = str(redact(reason)) if reason else "stop_requested"
-    after = store.request_stop(task_id, stored_reason, now=_now())
+    stopped = request_stop(store, task_id, reason=stored_reason, who=str(redact(who)), now=_now())
+    after = stopped.task
     unknown = _unknown_writes(store, task_id)
     _log.info("stop mark on task %s by %s: %s", task_id, _text(who), stored_reason, extra={"task_id": task_id})
     return {
@@ -439,10 +442,11 @@ def stop_task(store: Store, task_id: str, *, reason: str, who: str) -> dict[str,
         "status": after.status,
         "reason": (after.outcome or {}).get("reason"),
         "stop_mark": _text(after.stop_reason),
-        "set_now": before.stop_reason is None,
+        "set_now": stopped.newly_set,
         "who": _text(who),
         "unknown_writes": unknown,
         "message": _stop_message(before, after, unknown),
+        "hooks": [{"hook": run.hook, "ok": run.ok, "error": run.error} for run in stopped.hooks],
     }
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "PauseRecord",
     "Progress",
     "StateError",
+    "StopMark",
     "Store",
     "StoreError",
     "TaskSnapshot",
@@ -181,6 +182,16 @@ class TraceEntry:
 
 
 @dataclass(frozen=True)
+class StopMark:
+    """The answer to :meth:`Store.set_stop_mark`."""
+
+    task: TaskSnapshot
+    """The task after the call, with its stop mark (the first one set: a later call keeps it)."""
+    newly_set: bool
+    """True for the one call that set the mark; False when the task already had one."""
+
+
+@dataclass(frozen=True)
 class Activation:
     """One activation of a workflow, as :meth:`Store.activate` recorded it."""
 
@@ -223,12 +234,14 @@ class PauseRecord:
 
 @dataclass(frozen=True)
 class TransitionRecord:
-    """An explicit, recorded step that reopens a finished task (a resume, a recovery, a reconciliation)."""
+    """An explicit, recorded step that reopens a finished task (a resume, a recovery, a reconciliation), or an
+    operator's stop of a task."""
 
     transition_id: str
     task_id: str
     kind: str
-    """``resume`` (of a pause), ``recover`` (from stopped/partial), ``reconcile`` (an operation's answer)."""
+    """``resume`` (of a pause), ``recover`` (from stopped/partial), ``reconcile`` (an operation's answer), ``stop``
+    (who set the stop mark; ``why`` is its reason)."""
     who: str
     why: str = ""
     at: float = 0.0
@@ -407,8 +420,17 @@ class Store(abc.ABC):
     # --- stop mark and terminal outcome -----------------------------------------------------------------
 
     @abc.abstractmethod
+    def set_stop_mark(
+        self, task_id: str, reason: str = "stop_requested", *, who: str | None = None, now: float = 0.0
+    ) -> StopMark:
+        """Set the stop mark if the task has none, and say whether this call set it, in one atomic step: every
+        later reservation of the task, by any worker, is refused. The first mark wins; with ``who``, the call that
+        sets it also records a ``stop`` transition (who, why = the reason, the task's outcome at that moment).
+        Raises :class:`NotFoundError` for an unknown task."""
+
     def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
-        """Set the stop mark: every later reservation of the task, by any worker, is refused."""
+        """Set the stop mark (see :meth:`set_stop_mark`); return the task."""
+        return self.set_stop_mark(task_id, reason, now=now).task
 
     @abc.abstractmethod
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:

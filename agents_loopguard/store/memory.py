@@ -21,6 +21,7 @@ from .base import (
     OperationState,
     PauseRecord,
     Progress,
+    StopMark,
     Store,
     TaskSnapshot,
     TraceEntry,
@@ -317,13 +318,22 @@ class MemoryStore(Store):
 
     # stop mark and terminal outcome
 
-    def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
+    def set_stop_mark(
+        self, task_id: str, reason: str = "stop_requested", *, who: str | None = None, now: float = 0.0
+    ) -> StopMark:
         with self._lock:
             task = self._task(task_id)
-            if task.stop_reason is None:
-                task.stop_reason = reason or "stop_requested"
-                task.updated_at = now
-            return task.snapshot()
+            if task.stop_reason is not None:
+                return StopMark(task.snapshot(), False)
+            task.stop_reason = reason or "stop_requested"
+            task.updated_at = now
+            snapshot = task.snapshot()
+            if who is not None:
+                stop = TransitionRecord.new(
+                    task_id, "stop", who, task.stop_reason, now, from_outcome=copy.deepcopy(snapshot.outcome)
+                )
+                self._transitions.append(stop)
+            return StopMark(snapshot, True)
 
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
         with self._lock:

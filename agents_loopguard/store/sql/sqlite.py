@@ -26,6 +26,7 @@ from ..base import (
     OperationState,
     PauseRecord,
     Progress,
+    StopMark,
     TaskSnapshot,
     TransitionRecord,
     WriteReservation,
@@ -224,11 +225,17 @@ class SQLiteSteps:
 
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
 
-    def request_stop(self, cur: Any, params: dict[str, Any]) -> TaskSnapshot:
+    def set_stop_mark(self, cur: Any, params: dict[str, Any], who: str | None) -> StopMark:
         row = fetch_one(cur, self.st.stop, params)
-        if row is None:
-            raise unknown_task(params["task_id"])
-        return snapshot(row)
+        if row is None:  # unknown, or marked already (the first mark wins)
+            return StopMark(snapshot(self.get_task(cur, params["task_id"])), False)
+        task = snapshot(row)
+        if who is not None:
+            stop = TransitionRecord.new(
+                params["task_id"], "stop", who, params["reason"], params["now"], from_outcome=task.outcome
+            )
+            execute(cur, self.st.transition_insert, transition_params(stop))
+        return StopMark(task, True)
 
     def finish(self, cur: Any, params: dict[str, Any]) -> dict[str, Any]:
         row = fetch_one(cur, self.st.finish, params)

@@ -216,13 +216,10 @@ class Statements:
 
     def _outcomes(self) -> None:
         c = self.compile
-        self.stop = c(
+        self.stop = c(  # only a task without a mark: the first mark wins, and the caller learns it set it
             sa.update(t)
-            .where(t.c.task_id == p("task_id"))
-            .values(
-                stop_reason=sa.func.coalesce(t.c.stop_reason, p("reason")),
-                updated_at=sa.case((t.c.stop_reason.is_(None), p("now")), else_=t.c.updated_at),
-            )
+            .where(t.c.task_id == p("task_id"), t.c.stop_reason.is_(None))
+            .values(stop_reason=p("reason"), updated_at=p("now"))
             .returning(t)
         )
         self.finish = c(

@@ -20,6 +20,7 @@ from ..base import (
     OperationState,
     PauseRecord,
     Progress,
+    StopMark,
     Store,
     TaskSnapshot,
     TraceEntry,
@@ -246,9 +247,11 @@ class SQLStore(Store):
 
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
 
-    def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
+    def set_stop_mark(
+        self, task_id: str, reason: str = "stop_requested", *, who: str | None = None, now: float = 0.0
+    ) -> StopMark:
         params = {"task_id": task_id, "reason": reason or "stop_requested", "now": now}
-        return self._db.step(lambda cur: self._steps.request_stop(cur, params), durable=True)
+        return self._db.write(lambda cur: self._steps.set_stop_mark(cur, params, who), durable=True)
 
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
         status = str(record.get("status", "stopped"))

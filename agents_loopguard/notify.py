@@ -1,0 +1,205 @@
+"""Tell people a run waits for them: post each new approval pause to a webhook (Slack-compatible), off the run's path.
+
+:class:`PauseNotifier` is an ``on_pause`` hook for the guarded entry points. It first stores the pause as the
+default does (:func:`~agents_loopguard.sdk.persist_pause`), then posts the pause id, the task, each pending call's
+tool and redacted arguments (as stored with the pause), and the console link, from a background thread with bounded
+retries. The run never waits for the webhook and never fails because of it: a failed delivery is logged (with the
+webhook's host only: a Slack webhook URL is itself a secret) and dropped.
+
+The body has Slack's ``text`` and ``blocks`` (attacker text escaped for Slack's markup, so a tool argument cannot
+make a link or an ``@channel``), and the same data as fields under ``pause`` for other receivers (n8n, a pager)::
+
+    notifier = PauseNotifier("https://hooks.slack.com/services/...", console_url="https://loopguard.internal")
+    outcome = run_guarded_sync(agent, "...", budget=..., store=store, task_id="ticket-981", on_pause=notifier)
+    notifier.drain(timeout=10)   # a short script: let the delivery finish before the process exits
+
+>>> message = pause_message({"pause_id": "p-1", "task_id": "t-1", "calls": [
+...     {"call_id": "c1", "tool": "refund", "operation_id": "refund-42", "arguments": {"note": "<!channel>"}}]},
+...     console_url="https://ops.example/")
+>>> message["pause"]["console_url"], "&lt;!channel&gt;" in message["text"]
+('https://ops.example/pauses/p-1', True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from .canonical import redact
+from .store.base import Store
+
+__all__ = ["PauseNotifier", "pause_message"]
+
+log = logging.getLogger("agents_loopguard.notify")
+_SHOWN = 600
+"""Characters of one call's arguments shown in the Slack text (the full, redacted arguments are under ``pause``)."""
+
+
+def _slack(text: str) -> str:
+    """Escape text for Slack's markup: no link, mention or formatting can come from it."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def pause_message(pause: Mapping[str, Any], *, console_url: str | None = None) -> dict[str, Any]:
+    """The webhook body for ``pause`` (``pause_id``, ``task_id``, ``calls``: tool, call_id, operation_id, arguments)."""
+    link = f"{console_url.rstrip('/')}/pauses/{quote(str(pause['pause_id']), safe='')}" if console_url else None
+    calls = [dict(call) for call in pause.get("calls", ())]
+    lines = [
+        f"• `{_slack(str(c.get('tool')))}` {_slack(_short(c.get('arguments')))}"
+        + (f" (operation `{_slack(str(c['operation_id']))}`)" if c.get("operation_id") else "")
+        for c in calls
+    ]
+    head = (
+        f"Task {_slack(str(pause['task_id']))} waits for approval ({len(calls)} call{'s' if len(calls) != 1 else ''})"
+    )
+    text = head + ":\n" + "\n".join(lines) + (f"\n<{link}|Decide in the console>" if link else "")
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+    return {
+        "text": text,
+        "blocks": blocks,
+        "pause": {
+            "pause_id": pause["pause_id"],
+            "task_id": pause["task_id"],
+            "calls": calls,
+            "console_url": link,
+        },
+    }
+
+
+def _stored_pause(store: Store, pause_id: str) -> dict[str, Any]:
+    record = store.pause(pause_id)
+    if record is None:
+        raise LookupError(f"pause {pause_id!r} is not in the store")
+    calls = []
+    for call in record.pending_calls:
+        arguments: Any = call.get("arguments")
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        calls.append(
+            {
+                "call_id": call.get("call_id"),
+                "tool": call.get("tool"),
+                "operation_id": call.get("operation_id"),
+                "arguments": redact(arguments),
+            }
+        )
+    return {"pause_id": record.pause_id, "task_id": record.task_id, "calls": calls}
+
+
+class PauseNotifier:
+    """An ``on_pause`` hook: store the pause, then post it to ``webhook_url`` in the background.
+
+    ``attempts`` deliveries at most (a 2xx ends them; a 4xx other than 408/429 is not retried), ``timeout`` seconds
+    each, ``backoff`` seconds doubling between them. ``persist`` is the hook that stores the pause (default
+    :func:`~agents_loopguard.sdk.persist_pause`); it runs first, in the run, and its errors are the run's.
+    """
+
+    def __init__(
+        self,
+        webhook_url: str,
+        *,
+        console_url: str | None = None,
+        attempts: int = 4,
+        timeout: float = 5.0,
+        backoff: float = 0.5,
+        headers: Mapping[str, str] | None = None,
+        persist: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        parts = urlsplit(webhook_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("webhook_url must be an http(s) URL")
+        if attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        self.webhook_url = webhook_url
+        self.console_url = console_url
+        self.attempts = attempts
+        self.timeout = timeout
+        self.backoff = backoff
+        self.headers = dict(headers or {})
+        self.persist = persist
+        self._shown = parts.hostname  # what the log may say about the receiver
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, result: Any, guard: Any) -> str | None:
+        """The ``on_pause`` hook: store the pause (in the run), then notify (in the background)."""
+        persist = self.persist
+        if persist is None:
+            from .sdk import persist_pause
+
+            persist = persist_pause
+        pause_id = persist(result, guard)
+        if isinstance(pause_id, str):
+            self.notify(guard.store, pause_id)
+            return pause_id
+        return None
+
+    def notify(self, store: Store, pause_id: str) -> None:
+        """Post the stored pause ``pause_id`` in the background; never raises (a failure is logged)."""
+        try:
+            body = pause_message(_stored_pause(store, pause_id), console_url=self.console_url)
+        except Exception as exc:  # the run goes on whatever happens to its notification
+            log.warning("pause %s: no notification (%s: %s)", pause_id, type(exc).__name__, redact(str(exc)))
+            return
+        thread = threading.Thread(target=self._deliver, args=(pause_id, body), name=f"notify-{pause_id}", daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+        thread.start()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the deliveries in flight; True when none is left (for scripts that exit right after a run)."""
+        give_up = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(None if give_up is None else max(0.0, give_up - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
+
+    def _deliver(self, pause_id: str, body: dict[str, Any]) -> None:
+        delay = self.backoff
+        for attempt in range(1, self.attempts + 1):
+            problem = self._post(body)
+            if problem is None:
+                log.info("pause %s: notified %s (attempt %d)", pause_id, self._shown, attempt)
+                return
+            final = problem.startswith("refused") or attempt == self.attempts
+            log.warning(
+                "pause %s: notifying %s failed (attempt %d of %d): %s%s",
+                pause_id,
+                self._shown,
+                attempt,
+                self.attempts,
+                problem,
+                "; giving up" if final else "",
+            )
+            if final:
+                return
+            time.sleep(delay)
+            delay *= 2
+
+    def _post(self, body: dict[str, Any]) -> str | None:
+        """None when delivered; otherwise what went wrong ("refused ..." for an answer not worth retrying)."""
+        try:
+            with httpx.Client(timeout=self.timeout, follow_redirects=False) as client:
+                response = client.post(self.webhook_url, json=body, headers=self.headers)
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}"
+        if 200 <= response.status_code < 300:
+            return None
+        retry = response.status_code >= 500 or response.status_code in (408, 429)
+        return f"{'' if retry else 'refused: '}HTTP {response.status_code}"

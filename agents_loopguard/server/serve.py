@@ -1,0 +1,95 @@
+"""Run the server: check the address against the tokens, open the store, serve with Uvicorn until stopped."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+
+from .app import create_app
+from .config import TOKENS_ENV, ConfigError, ServerConfig, Tokens, is_loopback
+
+__all__ = ["serve", "startup_tokens"]
+
+LOCAL_TOKEN_NAME = "local"
+
+
+@contextmanager
+def _local_token_file(secret: str) -> Iterator[Path]:
+    """A file only this user can read, holding the start-up token; removed when the server stops."""
+    folder = Path(tempfile.mkdtemp(prefix="loopguard-serve-"))  # mode 0700
+    path = folder / "operator-token"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(secret + "\n")
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+        folder.rmdir()
+
+
+def startup_tokens(host: str, environ: Mapping[str, str] | None = None) -> Tokens:
+    """The configured tokens; none on a loopback address is allowed (serve makes one), none elsewhere is refused.
+
+    >>> startup_tokens("0.0.0.0", {})
+    Traceback (most recent call last):
+    ...
+    agents_loopguard.server.config.ConfigError: refusing to listen on 0.0.0.0 without tokens: anyone who reaches \
+it could approve and stop tasks; set LOOPGUARD_SERVER_TOKENS (see docs/server.md), or listen on 127.0.0.1
+    """
+    tokens = Tokens.from_env(environ)
+    if not tokens and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host} without tokens: anyone who reaches it could approve and stop tasks; "
+            f"set {TOKENS_ENV} (see docs/server.md), or listen on 127.0.0.1"
+        )
+    return tokens
+
+
+def serve(
+    *,
+    url: str | None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    secure_cookies: bool = False,
+    log_level: str = "info",
+    echo: Callable[[str], None] = print,
+) -> None:
+    """Serve the API and the console over the store at ``url`` until interrupted.
+
+    Without tokens on a loopback address, an operator token named ``local`` is made for this run and written to a
+    file only this user can read (its path is printed, never the token).
+    """
+    from ..store.sql import SQLStore
+
+    tokens = startup_tokens(host)
+    with _maybe_local_token(tokens, echo) as tokens:
+        store = SQLStore(url)
+        try:
+            app = create_app(store, ServerConfig(tokens=tokens, secure_cookies=secure_cookies))
+            shown = f"[{host}]" if ":" in host else host
+            echo(f"loopguard serve: console http://{shown}:{port}/ , API http://{shown}:{port}/api/v1")
+            echo(f"accepted tokens: {', '.join(tokens.names())}")
+            uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False, proxy_headers=False)
+        finally:
+            store.close()
+
+
+@contextmanager
+def _maybe_local_token(tokens: Tokens, echo: Callable[[str], None]) -> Iterator[Tokens]:
+    if tokens:
+        yield tokens
+        return
+    secret = secrets.token_urlsafe(32)
+    with _local_token_file(secret) as path:
+        echo(
+            f"no {TOKENS_ENV} is set: made an operator token '{LOCAL_TOKEN_NAME}' for this run, in {path} "
+            "(readable by you only; removed when the server stops)"
+        )
+        yield tokens.with_operator(LOCAL_TOKEN_NAME, secret)

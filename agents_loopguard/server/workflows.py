@@ -1,0 +1,260 @@
+"""Trigger activations for workflows that are not Python (n8n, a shell script...): :class:`TriggerGuard` over HTTP.
+
+A workflow asks before it acts and says how it ended, in two requests; nothing is kept in the server's memory
+between them, so any server process on the same store can answer either:
+
+1. :func:`start_activation`: ``TriggerGuard.activate`` records the activation (``<flow>:<event id>``) and decides it:
+   an activation caused by the flow's own write beyond ``max_depth`` re-entries is refused (``stopped/trigger_chain``,
+   recorded as a finished task, exactly as from Python); the same event delivered twice is one activation. A granted
+   activation gets its task (``TriggerGuard.guard``) and, when the workflow names the write it is about to make
+   (operation id, tool, arguments), the write is reserved in the ledger as ``unknown`` before it happens: a committed
+   operation is answered with its stored result (``act`` false: do not write again), an unknown one is refused
+   (``needs_reconciliation``), another payload under the same id is a conflict.
+2. :func:`finish_activation`: the workflow reports the write's effect (``committed``, ``not_committed`` or
+   ``unknown``) and whether it completed; the reserved write is settled in the ledger from that report and the
+   activation's task ends with one outcome. Finishing twice answers the stored outcome.
+
+The chain follows the ledger: the workflow stamps what it writes with the operation id (a ``written_by`` column),
+and the change event carries it back as ``origin_operation_id``. ``parent_activation`` names the activation instead,
+when that is what the event carries; it stands for that activation's writes.
+
+>>> from agents_loopguard import MemoryStore
+>>> store = MemoryStore()
+>>> write = Write("orders-sync:order-42:v2", "save_order", {"order": 42, "version": 2})
+>>> first = start_activation(store, flow="orders-sync", event_id="evt-1", write=write)
+>>> first["allowed"], first["act"], first["activation_id"]
+(True, True, 'orders-sync:evt-1')
+>>> finish_activation(store, flow="orders-sync", event_id="evt-1", effect="committed")["outcome"]["status"]
+'completed'
+>>> echo = start_activation(store, flow="orders-sync", event_id="evt-2", origin_operation_id=write.operation_id)
+>>> echo["allowed"], echo["reason"], echo["depth"]
+(False, 'trigger_chain', 1)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..budget import Budget
+from ..core import Call, Guard, Ticket, Verdict
+from ..errors import InputError, NotFoundError, StateError
+from ..outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from ..store.base import Activation, OperationRecord, OperationState, Store
+from ..triggers import TriggerGuard
+
+__all__ = ["DEFAULT_BUDGET", "Write", "activation_view", "finish_activation", "start_activation"]
+
+DEFAULT_BUDGET = Budget(model_turns=0, tool_executions=1)
+"""An activation's task, unless the workflow asks for more: no model turns, one write."""
+Effect = Literal["committed", "not_committed", "unknown"]
+Ending = Literal["completed", "failed"]
+
+
+@dataclass(frozen=True)
+class Write:
+    """The write a workflow is about to make: its stable business id, the tool's name, its arguments."""
+
+    operation_id: str
+    tool: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _trigger(store: Store, flow: str, max_depth: int, clock: Callable[[], float]) -> TriggerGuard:
+    try:
+        return TriggerGuard(store, flow=flow, max_depth=max_depth, clock=clock)
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+
+
+def _origin(store: Store, origin_operation_id: str | None, parent_activation: str | None) -> str | None:
+    """The operation that caused the event: given, or a write of the parent activation (any: they share a chain)."""
+    origin, parent = origin_operation_id or None, parent_activation or None  # "" from a form means absent
+    if origin and parent:
+        raise InputError("give origin_operation_id or parent_activation, not both")
+    if parent is None:
+        return origin
+    if store.task(parent) is None:
+        raise NotFoundError(f"no activation {parent!r} in this store")
+    writes = store.operations(parent)
+    if not writes:
+        raise InputError(
+            f"activation {parent!r} recorded no write, so no event can be its effect; "
+            "reserve the flow's writes when it starts (write=...) or pass origin_operation_id"
+        )
+    return max(writes, key=lambda op: (op.created_at, op.operation_id)).operation_id
+
+
+def _answer(
+    activation: Activation,
+    event_id: str,
+    *,
+    allowed: bool,
+    act: bool = False,
+    outcome: Outcome | None = None,
+    write: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    record = outcome.record().to_dict() if outcome is not None else None
+    return {
+        "activation_id": activation.activation_id,
+        "flow": activation.flow,
+        "event_id": event_id,
+        "allowed": allowed,
+        "act": act,
+        "duplicate": activation.duplicate,
+        "depth": activation.depth,
+        "chain_id": activation.chain_id,
+        "origin_operation_id": activation.origin_operation_id,
+        "reason": str(outcome.reason) if outcome is not None else None,
+        "detail": outcome.detail if outcome is not None else "",
+        "write": write,
+        "outcome": record,
+    }
+
+
+def start_activation(
+    store: Store,
+    *,
+    flow: str,
+    event_id: str,
+    origin_operation_id: str | None = None,
+    parent_activation: str | None = None,
+    max_depth: int = 0,
+    budget: Budget | None = None,
+    write: Write | None = None,
+    secrets: Iterable[str] = (),
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Record and decide an activation of ``flow``; reserve its write before it happens (see the module).
+
+    The answer: ``allowed`` (may the flow run), ``act`` (may it make its write now: false for a refusal and for a
+    write the ledger already holds as committed, whose stored result is in ``write.result``), ``reason`` and
+    ``outcome`` for a refused or already finished activation, and the chain (``depth``, ``chain_id``).
+    """
+    trigger = _trigger(store, flow, max_depth, clock)
+    origin = _origin(store, origin_operation_id, parent_activation)
+    try:
+        entry = trigger.activate(event_id, origin_operation_id=origin)
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    if isinstance(entry, Outcome):  # refused, or an event already handled: the row says which chain it was
+        recorded = store.activate(
+            flow, trigger.activation_id(event_id), origin_operation_id=origin, max_depth=max_depth, now=clock()
+        )
+        return _answer(recorded, event_id, allowed=False, outcome=entry)
+    guard = trigger.guard(entry, budget=budget or DEFAULT_BUDGET, secrets=secrets)
+    if guard.outcome is not None:  # a task of that id ended already (written outside the trigger)
+        return _answer(entry, event_id, allowed=False, outcome=guard.outcome)
+    if write is None:
+        return _answer(entry, event_id, allowed=True, act=True)
+    call = Call(write.tool, dict(write.args), kind="write", operation_id=write.operation_id)
+    decided = guard.authorize(call)
+    if isinstance(decided, Verdict):  # refused before anything ran: the activation ends with the refusal
+        outcome = guard.end(decided)
+        refused = {"operation_id": write.operation_id, "replay": False, "result": None}
+        return _answer(entry, event_id, allowed=False, outcome=outcome, write=refused)
+    reserved = {"operation_id": write.operation_id, "replay": decided.replay, "result": decided.result}
+    return _answer(entry, event_id, allowed=True, act=not decided.replay, write=reserved)
+
+
+def _stored_outcome(store: Store, task_id: str) -> Outcome | None:
+    snapshot = store.task(task_id)
+    if snapshot is None:
+        raise NotFoundError(f"no activation {task_id!r} in this store")
+    if snapshot.outcome is None:
+        return None
+    try:
+        return RecoveryRecord.from_json(snapshot.outcome).to_outcome()
+    except RecordError as exc:
+        raise StateError(f"activation {task_id!r}: {exc}") from exc
+
+
+def _settle(guard: Guard, op: OperationRecord, effect: Effect, ending: Ending, result: Any) -> Verdict | None:
+    """Settle the reserved write from the workflow's report, through the engine's own rules."""
+    args: Any = {}
+    for entry in reversed(guard.store.trace(guard.task_id)):  # the arguments as reserved (already redacted)
+        if entry.operation_id == op.operation_id and isinstance(entry.args, dict):
+            args = entry.args
+            break
+    call = Call(op.tool, args, kind="write", operation_id=op.operation_id)
+    ticket = Ticket(call, call, op.payload, guard.revision)
+    committed = effect == "committed"
+    evidence = {
+        "revision": guard.revision + 1 if committed else guard.revision,
+        "done": committed and ending == "completed",
+        "effect": effect,
+    }
+    outcome = {"status": "ok" if ending == "completed" else "retryable", "output": result}
+    return guard.settle(ticket, outcome, lambda _call, _result: evidence)
+
+
+def finish_activation(
+    store: Store,
+    *,
+    flow: str,
+    event_id: str,
+    ending: Ending = "completed",
+    effect: Effect | None = None,
+    result: Any = None,
+    detail: str = "",
+    secrets: Iterable[str] = (),
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """End an activation with the workflow's report; settle its reserved write. Twice: the stored outcome.
+
+    With a reserved write, ``effect`` is required: ``committed`` (its result is stored and returned to any later
+    identical write), ``not_committed`` (it may be retried), ``unknown`` (``needs_reconciliation``: nothing sends
+    it again until someone asks the receiver). ``ending="failed"`` ends a write-less activation
+    ``stopped/executor_exception``, with ``detail``.
+    """
+    task_id = _trigger(store, flow, 0, clock).activation_id(event_id)
+    stored = _stored_outcome(store, task_id)
+    if stored is not None:
+        return {"activation_id": task_id, "already_finished": True, "outcome": stored.record().to_dict()}
+    snapshot = store.task(task_id)
+    assert snapshot is not None
+    guard = Guard(budget=snapshot.budget, store=store, task_id=task_id, clock=clock, secrets=secrets)
+    pending = [op for op in store.operations(task_id) if op.state is OperationState.UNKNOWN]
+    if len(pending) > 1:
+        raise StateError(f"activation {task_id!r} holds {len(pending)} unknown writes: reconcile them one by one")
+    verdict: Verdict | None
+    if pending:
+        if effect is None:
+            raise InputError(
+                f"activation {task_id!r} reserved write {pending[0].operation_id!r}: "
+                "say its effect (committed, not_committed or unknown)"
+            )
+        verdict = _settle(guard, pending[0], effect, ending, result)
+    elif ending == "completed":
+        verdict = Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "the workflow reported the activation done")
+    else:
+        verdict = None
+    if verdict is None and ending == "completed":
+        verdict = Verdict(Status.PARTIAL, Reason.UNVERIFIED_FINAL, "the workflow finished; its write did not commit")
+    if verdict is None:
+        verdict = Verdict(Status.STOPPED, Reason.EXECUTOR_EXCEPTION, detail or "the workflow reported a failure")
+    outcome = guard.end(verdict)
+    return {"activation_id": task_id, "already_finished": False, "outcome": outcome.record().to_dict()}
+
+
+def activation_view(store: Store, *, flow: str, event_id: str) -> dict[str, Any]:
+    """The activation's task: status, counters against limits, its writes and their ledger states, its outcome."""
+    task_id = _trigger(store, flow, 0, time.time).activation_id(event_id)
+    snapshot = store.task(task_id)
+    if snapshot is None:
+        raise NotFoundError(f"no activation {task_id!r} in this store")
+    return {
+        "activation_id": task_id,
+        "flow": flow,
+        "event_id": event_id,
+        "status": snapshot.status,
+        "used": {"models": snapshot.used.models, "tools": snapshot.used.tools},
+        "limits": {"model_turns": snapshot.budget.model_turns, "tool_executions": snapshot.budget.tool_executions},
+        "writes": [
+            {"operation_id": op.operation_id, "tool": op.tool, "state": str(op.state)}
+            for op in store.operations(task_id)
+        ],
+        "outcome": snapshot.outcome,
+    }
