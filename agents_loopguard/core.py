@@ -623,14 +623,12 @@ class Guard:
         )
         operation = (op_id, OperationState(proof.effect.value), self.storable(result)) if write and op_id else None
         result_class = "cached" if ticket.replay else str(status)
-        # a pending poll and a page of records are no stall (a page seen before is a cycle, decided below); an
-        # unverified read records no progress at all
-        no_stall = (proof.pending and call.kind == "poll") or (call.kind == "page" and bool(proof.records))
+        # a pending poll is no stall; an unverified read records no progress at all
         progress = self.store.record_execution(
             self.task_id,
             self._trace(call, result_class, at=at, fp=ticket.fingerprint, state=str(proof.effect) if write else None),
             revision=None if early or not proof.verified else proof.revision,
-            pending=no_stall,
+            pending=proof.pending and call.kind == "poll",
             operation=operation,
             seen=seen,
         )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 __all__ = [
     "NextAction",
@@ -203,12 +203,22 @@ class RecordError(ValueError):
 
 
 class RecordUsage(BaseModel):
+    """The counters in a record; token counters appear only once a task used tokens (a token budget is set)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     models: int = Field(ge=0)
     tools: int = Field(ge=0)
     cost: float = Field(default=0.0, ge=0)
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in ("input_tokens", "output_tokens"):
+            if not data.get(name):
+                data.pop(name, None)
+        return data
 
 
 class RecoveryRecord(BaseModel):
