@@ -84,7 +84,7 @@ def reconcile(
     >>> store = MemoryStore()
     >>> def lost(call): raise TimeoutError("no response")
     >>> pay = {"tool": "pay", "kind": "write", "operation_id": "inv-7", "args": {"amount": 5}}
-    >>> run = create_runner(budget=Budget(model_turns=3, tool_executions=3), ledger=store, task_id="t-7",
+    >>> run = create_runner(budget=Budget(model_turns=3, tool_executions=3), store=store, task_id="t-7",
     ...                     execute=lost, verify=lambda c, r: None)
     >>> run([pay]).status
     <Status.NEEDS_RECONCILIATION: 'needs_reconciliation'>

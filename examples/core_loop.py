@@ -28,7 +28,7 @@ def search_loop() -> None:
 
     run = create_runner(
         budget=Budget(model_turns=20, tool_executions=10),
-        ledger=store,
+        store=store,
         execute=execute,
         verify=verify,
         task_id="demo-search-loop",
@@ -53,10 +53,10 @@ def lost_write() -> None:
         return {"revision": 1, "done": True, "effect": "committed"}
 
     pay = {"tool": "pay", "kind": "write", "operation_id": "invoice-7-pay-v1", "args": {"invoice": 7, "amount": 120}}
-    first = create_runner(budget=Budget(model_turns=5, tool_executions=5), ledger=store, execute=execute, verify=verify)
+    first = create_runner(budget=Budget(model_turns=5, tool_executions=5), store=store, execute=execute, verify=verify)
     outcome = first([pay])
     print("lost write:", outcome.status, outcome.reason, "- operation", outcome.operation_id)
-    retry = create_runner(budget=Budget(model_turns=5, tool_executions=5), ledger=store, execute=execute, verify=verify)
+    retry = create_runner(budget=Budget(model_turns=5, tool_executions=5), store=store, execute=execute, verify=verify)
     again = retry([pay])
     print("  a new run proposing the same payment:", again.status, again.reason, f"- times sent: {len(sent)}")
     print("  ledger:", json.dumps({op.operation_id: str(op.state) for op in store.operations()}))

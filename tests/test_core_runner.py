@@ -98,7 +98,7 @@ def run_library(sc: Scenario, rounds: int = 1) -> Observed:
     store = MemoryStore()
     run = create_runner(
         budget=Budget(model_turns=sc.max_models, tool_executions=sc.max_tools, deadline=sc.deadline),
-        ledger=store,
+        store=store,
         now=now,
         execute=execute,
         verify=verify,
@@ -170,7 +170,7 @@ def test_article_demo_two_identical_writes_execute_once() -> None:
     store = MemoryStore()
     run = create_runner(
         budget=Budget(model_turns=6, tool_executions=4, deadline=100),
-        ledger=store,
+        store=store,
         now=lambda: clock["t"],
         execute=execute,
         verify=verify,
@@ -279,7 +279,7 @@ def test_committed_write_is_not_executed_again_across_runners() -> None:
     def make() -> Any:
         return create_runner(
             budget=Budget(model_turns=5, tool_executions=5),
-            ledger=store,
+            store=store,
             now=lambda: 0,
             execute=lambda c: calls.append(c) or {"status": "ok", "id": 7},
             verify=lambda c, r: ev(1, False, "committed"),
@@ -385,7 +385,7 @@ def test_invariants_hold_for_any_input(sc: Scenario, rounds: int) -> None:
     now, execute, verify, executed = _fakes(sc)
     run = create_runner(
         budget=Budget(model_turns=sc.max_models, tool_executions=sc.max_tools, deadline=sc.deadline),
-        ledger=store,
+        store=store,
         now=now,
         execute=execute,
         verify=verify,

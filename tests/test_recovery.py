@@ -22,7 +22,7 @@ def lost_payment(store: Store, task_id: str = "t-pay", sent: list[Any] | None = 
 
     run = create_runner(
         budget=Budget(model_turns=6, tool_executions=3),
-        ledger=store,
+        store=store,
         task_id=task_id,
         execute=execute,
         verify=lambda c, r: None,
@@ -37,7 +37,7 @@ def continue_task(store: Store, task_id: str, proposals: list[Any], sent: list[A
 
     run = create_runner(
         budget=Budget(model_turns=100, tool_executions=100),
-        ledger=store,
+        store=store,
         task_id=task_id,
         execute=execute,
         verify=lambda c, r: {"revision": 1, "done": True, "effect": "committed"},
@@ -124,7 +124,7 @@ def test_recover_extends_explicitly_and_never_resets_counters() -> None:
     store = MemoryStore()
     run = create_runner(
         budget=Budget(model_turns=2, tool_executions=5),
-        ledger=store,
+        store=store,
         task_id="t-r",
         execute=lambda c: {"status": "ok"},
         verify=lambda c, r: {"revision": len(c["args"]["q"]), "done": False, "effect": "none"},
@@ -136,7 +136,7 @@ def test_recover_extends_explicitly_and_never_resets_counters() -> None:
     assert run([{"tool": "s", "kind": "read", "args": {"q": "z"}}]) is first, "the finished runner stays finished"
     second = create_runner(
         budget=Budget(model_turns=100, tool_executions=100),
-        ledger=store,
+        store=store,
         task_id="t-r",
         execute=lambda c: {"status": "ok"},
         verify=lambda c, r: {"revision": 10 + len(c["args"]["q"]), "done": False, "effect": "none"},

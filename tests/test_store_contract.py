@@ -688,7 +688,7 @@ def run_on(store: Store, sc: Scenario, task_id: str, rounds: int = 1) -> tuple[O
     now, execute, verify, executed = _fakes(sc)
     run = create_runner(
         budget=Budget(model_turns=sc.max_models, tool_executions=sc.max_tools, deadline=sc.deadline),
-        ledger=store,
+        store=store,
         now=now,
         execute=execute,
         verify=verify,
@@ -763,7 +763,7 @@ def test_a_committed_write_is_not_executed_again_by_a_later_run(store_factory: C
     def run_once(store: Store) -> Any:
         return create_runner(
             budget=Budget(model_turns=5, tool_executions=5),
-            ledger=store,
+            store=store,
             now=lambda: 0,
             execute=lambda c: calls.append(c) or {"status": "ok", "id": 7},
             verify=lambda c, r: ev(1, False, "committed"),

@@ -207,7 +207,7 @@ def plant_secrets(store: SQLStore) -> None:
     }
     run = create_runner(
         budget=BIG,
-        ledger=store,
+        store=store,
         now=lambda: 1.0,
         execute=lambda call: result,
         verify=lambda call, res: {
@@ -302,7 +302,7 @@ def test_the_ledger_survives_the_process_that_wrote_it(sql_url: str) -> None:
     def run(store: SQLStore) -> Any:
         return create_runner(
             budget=BIG,
-            ledger=store,
+            store=store,
             now=lambda: 0,
             execute=lambda call: calls.append(call) or {"status": "ok", "receipt": "r-1"},
             verify=lambda call, result: {"revision": 1, "done": True, "effect": "committed"},

@@ -157,7 +157,7 @@ def retry_write(cfg: dict[str, Any]) -> dict[str, Any]:
             return {"status": "ok", "receipt": "second"}
 
         for task in (cfg["task"], cfg["task"] + "-other"):
-            run = create_runner(budget=BIG, ledger=store, execute=execute, verify=committed, task_id=task)
+            run = create_runner(budget=BIG, store=store, execute=execute, verify=committed, task_id=task)
             outcome = run([cfg["call"]])
             answers[task] = {"status": str(outcome.status), "reason": str(outcome.reason), "op": outcome.operation_id}
     store.close()
