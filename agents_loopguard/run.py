@@ -18,7 +18,8 @@ line of the rules. Adapters only translate: the Agents SDK adapter from its hook
 the raw function-calling loop from Chat Completions and Responses payloads. Nothing here imports an SDK.
 
 >>> from agents_loopguard import Budget
->>> run = GuardedRun(make_guard(budget=Budget(model_turns=3, tool_executions=2)))
+>>> from agents_loopguard import MemoryStore
+>>> run = GuardedRun(make_guard(budget=Budget(model_turns=3, tool_executions=2), store=MemoryStore()))
 >>> attempt = run.begin_model_attempt("required")
 >>> attempt.tool_choice
 'required'
@@ -53,6 +54,7 @@ from .outcome import Outcome, Reason, Status
 from .pricing import Price
 from .retry import NO_RETRY, RetryPolicy, ToolFailure
 from .store.base import Store
+from .store.defaults import default_store
 
 __all__ = [
     "Answer",
@@ -130,9 +132,12 @@ def make_guard(
     secrets: Iterable[str] = (),
 ) -> Guard:
     """The guard of a run: ``guard=`` as given, or a new one for ``budget=`` (with ``store=``, ``task_id=``,
-    ``policy=``). There is no unlimited default, and the two ways do not mix.
+    ``policy=``). There is no unlimited default, and the two ways do not mix. Without ``store=`` the task lives in
+    the default persistent store (:func:`~agents_loopguard.store.defaults.default_store`), the one ``loopguard``
+    reads.
 
-    >>> make_guard(budget=Budget(model_turns=4, tool_executions=2), task_id="t-1").task_id
+    >>> from agents_loopguard import MemoryStore
+    >>> make_guard(budget=Budget(model_turns=4, tool_executions=2), store=MemoryStore(), task_id="t-1").task_id
     't-1'
     """
     if guard is not None:
@@ -144,6 +149,8 @@ def make_guard(
             "a guarded run needs guard= or budget=Budget(model_turns=..., tool_executions=...): "
             "there is no unlimited default"
         )
+    if store is None:
+        store = default_store()
     return Guard(budget=budget, store=store, task_id=task_id, policy=policy, secrets=secrets)
 
 
@@ -462,7 +469,8 @@ class GuardedRun:
         work remains, a forced function that already ran is sent as ``"auto"`` when ``reset_forced_function``.
 
         >>> from agents_loopguard import Budget
-        >>> run = GuardedRun(make_guard(budget=Budget(model_turns=5, tool_executions=0)))
+        >>> from agents_loopguard import MemoryStore
+        >>> run = GuardedRun(make_guard(budget=Budget(model_turns=5, tool_executions=0), store=MemoryStore()))
         >>> run.tool_choice("required"), run.tool_choice("auto"), run.tool_choice(None)
         ('none', 'none', 'none')
         """

@@ -89,10 +89,12 @@ async def streamed(agent: Agent[Any], **kwargs: Any) -> Any:
 
 
 def both_modes(agent_factory: Any, **kwargs: Any) -> list[Any]:
-    """Run the same scenario non-streamed and streamed; return both outcomes."""
+    """Run the same scenario non-streamed and streamed, each on a store of its own (a task id may repeat);
+    return both outcomes."""
     kwargs.setdefault("budget", BUDGET)
-    first = asyncio.run(run_guarded(agent_factory(), "go", **kwargs))
-    second = asyncio.run(streamed(agent_factory(), **kwargs))
+    fresh = "store" not in kwargs and "guard" not in kwargs
+    first = asyncio.run(run_guarded(agent_factory(), "go", **({"store": MemoryStore()} if fresh else {}), **kwargs))
+    second = asyncio.run(streamed(agent_factory(), **({"store": MemoryStore()} if fresh else {}), **kwargs))
     return [first, second]
 
 
@@ -420,7 +422,7 @@ def test_cancelling_the_run_task_is_stopped_cancelled_with_the_calls_in_flight()
     async def scenario(tools: list[Any], turn: list[Any]) -> Any:
         started.append(asyncio.Event())
         agent = Agent(name="a", model=ScriptedModel([turn, [assistant_message("x")]]), tools=tools)
-        task = asyncio.create_task(run_guarded(agent, "go", budget=BUDGET, task_id="c"))
+        task = asyncio.create_task(run_guarded(agent, "go", budget=BUDGET, task_id="c", store=MemoryStore()))
         await started[-1].wait()
         await asyncio.sleep(0.01)
         task.cancel()
