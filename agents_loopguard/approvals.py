@@ -29,6 +29,7 @@ __all__ = [
     "claim_for_resume",
     "decide",
     "decisions_for",
+    "find_pause_for",
     "load_for_resume",
     "pause_digest",
 ]
@@ -227,3 +228,40 @@ def claim_for_resume(
             f"pause is claimed: investigate before reopening task {claimed.task_id!r}"
         )
     return claimed, transition
+
+
+def find_pause_for(store: Store, call_ids: Iterable[str], *, task_id: str | None = None) -> PauseRecord:
+    """The stored pause that waits for exactly ``call_ids`` (the calls a framework's own paused state holds), checked
+    as by :func:`load_for_resume`. A state whose calls match no pause of ``task_id`` is refused, never run with a
+    fresh budget: under another task's name, under a task that has no such pause, or under a new task id.
+
+    >>> from agents_loopguard import MemoryStore
+    >>> try:
+    ...     find_pause_for(MemoryStore(), ["call_1"], task_id="t-new")
+    ... except ResumeError as error:
+    ...     print(str(error).split(";")[0])
+    no stored pause waits for calls ['call_1']
+    """
+    wanted = sorted(str(call_id) for call_id in call_ids)
+
+    def matching(pauses: Iterable[PauseRecord]) -> list[PauseRecord]:
+        return [p for p in pauses if sorted(str(c.get("call_id")) for c in p.pending_calls) == wanted]
+
+    found = matching(store.pauses(task_id) if task_id is not None else store.pauses())
+    if not found and task_id is not None:
+        elsewhere = matching(store.pauses())
+        if elsewhere:
+            other = elsewhere[-1]
+            raise ResumeError(
+                f"the pending calls {wanted} belong to pause {other.pause_id!r} of task {other.task_id!r}, not "
+                f"{task_id!r}: a paused state continues its own task (resume_guarded(agent, {other.pause_id!r}, "
+                "store=..., who=...)); nothing was run"
+            )
+    if not found:
+        where = f"task {task_id!r}" if task_id is not None and store.task(task_id) is not None else "this store"
+        raise ResumeError(
+            f"no stored pause waits for calls {wanted}; a paused state continues the stored pause of the task that "
+            f"paused, never a fresh budget ({where} has none): run the original task id, or "
+            "resume_guarded(agent, pause_id, store=..., who=...); nothing was run"
+        )
+    return load_for_resume(store, found[-1].pause_id, task_id=found[-1].task_id)

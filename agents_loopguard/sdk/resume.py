@@ -25,7 +25,7 @@ from ..core import Guard
 from ..outcome import Outcome
 from ..store.base import PauseRecord, Store
 from .pauses import persist_pause
-from .run import run_guarded, run_sync
+from .run import ClaimedState, run_guarded, run_sync
 
 __all__ = ["resume_guarded", "resume_guarded_sync"]
 
@@ -129,7 +129,7 @@ async def resume_guarded(
             state.reject(item, rejection_message=rejection_message)
     guard = Guard(budget=claimed.budget, store=store, task_id=claimed.task_id, policy=policy, secrets=secrets)
     run_options.setdefault("on_pause", persist_pause)
-    return await run_guarded(agent, state, guard=guard, **run_options)
+    return await run_guarded(agent, ClaimedState(state), guard=guard, **run_options)
 
 
 def resume_guarded_sync(agent: Agent[Any], pause_id: str, **kwargs: Any) -> Outcome:

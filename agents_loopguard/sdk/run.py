@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import getpass
 import logging
 import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -58,12 +59,14 @@ from agents.result import RunResult, RunResultBase, RunResultStreaming
 from agents.stream_events import StreamEvent
 
 from .. import run as guarded
+from ..approvals import APPROVE, REJECT, DecisionError, ResumeError, claim_for_resume, decisions_for, find_pause_for
 from ..budget import Budget, Policy
 from ..core import Guard, Verdict
 from ..model_errors import classify_model_error
 from ..outcome import Outcome, Reason, Status
 from ..run import GuardedRun, OnRefusal, Release, make_guard
-from ..store.base import Store
+from ..store.base import PauseRecord, Store
+from ..store.defaults import default_store
 from ._internal import ACTIVE_RUN, Halt, maybe_await, trace_decision
 from .hooks import GuardHooks
 from .model import GuardedModel, GuardedModelProvider
@@ -102,6 +105,64 @@ class GuardStopped(AgentsException, guarded.GuardStopped):
 # --- preparing a run ---------------------------------------------------------------------------------------
 
 
+class ClaimedState:
+    """A ``RunState`` whose pause was already checked and claimed (by :func:`~agents_loopguard.sdk.resume_guarded`):
+    run it as is."""
+
+    def __init__(self, state: RunState[Any]) -> None:
+        self.state = state
+
+
+def _decisions_in(state: RunState[Any], record: PauseRecord) -> dict[str, str]:
+    """The approve/reject decisions the application recorded in the SDK's own state (``state.approve(item)``)."""
+    context = getattr(state, "_context", None)
+    decisions: dict[str, str] = {}
+    for item in state.get_interruptions():
+        status = context.is_tool_approved(item.name, str(item.call_id)) if context is not None else None
+        if status is None:
+            raise DecisionError(
+                f"call {item.call_id!r} ({item.name}) of pause {record.pause_id!r} has no decision in the run state: "
+                "state.approve(item) or state.reject(item) for every interruption; nothing was run"
+            )
+        decisions[str(item.call_id)] = APPROVE if status else REJECT
+    return decisions
+
+
+def _continue_pause(
+    state: RunState[Any],
+    guard: Guard | None,
+    store: Store | None,
+    task_id: str | None,
+    policy: Policy | None,
+    who: str | None,
+) -> Guard:
+    """R13 by the SDK's own door: a ``RunState`` after ``state.approve()`` / ``state.reject()`` continues the
+    stored pause it came from (digest checked, resumed once, the decisions recorded, the counters continuing).
+    A state no stored pause waits for is refused: never a fresh budget."""
+    the_store = guard.store if guard is not None else store if store is not None else default_store()
+    record = find_pause_for(
+        the_store,
+        [str(item.call_id) for item in state.get_interruptions()],
+        task_id=guard.task_id if guard else task_id,
+    )
+    decisions = _decisions_in(state, record)
+    claimed, _ = claim_for_resume(
+        the_store,
+        record,
+        decisions_for(record, decisions),
+        who=who or f"{getpass.getuser()} (RunState)",
+        why="decided in the application's RunState",
+        given=True,
+    )
+    return Guard(
+        budget=claimed.budget,
+        store=the_store,
+        task_id=claimed.task_id,
+        policy=policy or (guard.policy if guard is not None else None),
+        secrets=guard.secrets if guard is not None else (),
+    )
+
+
 def _start(
     guard: Guard | None,
     budget: Budget | None,
@@ -117,6 +178,33 @@ def _start(
     if the_guard.observer is None:  # guard decisions show as spans in the SDK's trace
         the_guard.observer = trace_decision
     return GuardedRun(the_guard, on_refusal=on_refusal, release=release, raises=GuardStopped)
+
+
+def _entry(
+    input: Any,
+    guard: Guard | None,
+    budget: Budget | None,
+    store: Store | None,
+    task_id: str | None,
+    policy: Policy | None,
+    *,
+    who: str | None,
+    on_refusal: OnRefusal,
+    release: Release,
+) -> tuple[GuardedRun, Any]:
+    """The run of an entry point and the input to give the SDK: a paused ``RunState`` continues its stored pause
+    (its task's guard); a claimed one runs as is; anything else starts or continues the task named."""
+    if isinstance(input, ClaimedState):
+        input = input.state
+    elif isinstance(input, RunState) and input.get_interruptions():
+        guard = _continue_pause(input, guard, store, task_id, policy, who)
+        budget = store = task_id = policy = None
+    elif isinstance(input, RunState):
+        raise ResumeError(
+            "run_guarded continues a RunState only from a stored approval pause (state.approve()/reject() on its "
+            "interruptions); this state waits for no approval, and running it would start a fresh budget"
+        )
+    return _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release), input
 
 
 @dataclasses.dataclass
@@ -331,6 +419,7 @@ async def run_guarded(
     on_refusal: OnRefusal = "end",
     release_tool_choice: Release = "none",
     on_pause: OnPause | None = None,
+    who: str | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
     hooks: RunHooks[Any] | None = None,
@@ -350,12 +439,16 @@ async def run_guarded(
             the run and raises :class:`GuardStopped`.
         release_tool_choice: what replaces a forced ``tool_choice`` once no work remains: ``"none"`` (default, as the
             raw function-calling loop does: the model answers) or ``"auto"``.
+        who: who continues a paused ``RunState`` (recorded with the decisions); only used when ``input`` is one.
         on_pause: ``on_pause(result, guard) -> pause_id``, called on an approval interruption. Default:
             :func:`~agents_loopguard.sdk.persist_pause` stores the pause in the task's store (resume it with
             :func:`~agents_loopguard.sdk.resume_guarded`); ``lambda result, guard: None`` stores nothing.
         context, max_turns, hooks, run_config, error_handlers, **runner_options: as for ``Runner.run``.
 
-    A task that already ended returns its stored outcome without running anything.
+    A task that already ended returns its stored outcome without running anything. ``input`` may be the SDK's own
+    ``RunState`` of an approval pause after ``state.approve(item)`` / ``state.reject(item)``: the run continues
+    that task's stored pause (checked and claimed once, the decisions recorded, the counters continuing); a state
+    that no stored pause waits for is refused with :class:`~agents_loopguard.approvals.ResumeError`.
 
     >>> import asyncio
     >>> from agents import Agent, set_tracing_disabled
@@ -367,7 +460,9 @@ async def run_guarded(
     >>> outcome.status, outcome.reason, outcome.result.final_output
     (<Status.PARTIAL: 'partial'>, <Reason.UNVERIFIED_FINAL: 'unverified_final'>, 'hi')
     """
-    run = _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release_tool_choice)
+    run, input = _entry(
+        input, guard, budget, store, task_id, policy, who=who, on_refusal=on_refusal, release=release_tool_choice
+    )
     if run.guard.outcome is not None:
         return run.guard.outcome
     prepared = _prepare(agent, run, hooks=hooks, run_config=run_config, error_handlers=error_handlers)
@@ -541,6 +636,7 @@ def run_guarded_streamed(
     on_refusal: OnRefusal = "end",
     release_tool_choice: Release = "none",
     on_pause: OnPause | None = None,
+    who: str | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
     hooks: RunHooks[Any] | None = None,
@@ -565,7 +661,9 @@ def run_guarded_streamed(
     >>> asyncio.run(main()).status
     <Status.PARTIAL: 'partial'>
     """
-    run = _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release_tool_choice)
+    run, input = _entry(
+        input, guard, budget, store, task_id, policy, who=who, on_refusal=on_refusal, release=release_tool_choice
+    )
     if run.guard.outcome is not None:
         return GuardedStream(
             run, start=None, prepared=None, verify_output=None, on_pause=None, outcome=run.guard.outcome

@@ -1,0 +1,177 @@
+"""The Agents SDK's own idioms keep every guarantee (R13, R2): the SDK's approval door (``state.approve()`` then a
+run with the state), and the default store shared with the ``loopguard`` command.
+
+Each test asserts on what really ran (a side-effect journal), on the stored task, and on the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import agents
+import pytest
+from agents import Agent, RunState
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from agents_loopguard import Budget, Reason, Status
+from agents_loopguard.approvals import DecisionError, ResumeError
+from agents_loopguard.sdk import guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.store import PauseAlreadyResumed, SQLStore, Store
+
+pytestmark = pytest.mark.timeout(90)
+agents.set_tracing_disabled(True)
+
+sent: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> None:
+    sent.clear()
+
+
+@guarded_tool(
+    kind="write",
+    operation_id=lambda a: f"refund-order-{a['order']}",
+    verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+    needs_approval=True,
+)
+def refund(order: int) -> str:
+    """Refund an order (a human approves it)."""
+    sent.append(f"refund-{order}")
+    return f"refunded {order}"
+
+
+def clerk(*turns: list[Any]) -> Agent[Any]:
+    return Agent(name="clerk", model=ScriptedModel(list(turns)), tools=[refund])
+
+
+BUDGET = Budget(model_turns=6, tool_executions=4)
+REFUND_5 = [function_call("refund", {"order": 5}, call_id="c1")]
+
+
+async def paused(store: Store, task_id: str, agent: Agent[Any]) -> Any:
+    outcome = await run_guarded(agent, "refund order 5", budget=BUDGET, store=store, task_id=task_id)
+    assert (outcome.status, outcome.reason) == (Status.NEEDS_HUMAN, Reason.APPROVAL)
+    return outcome
+
+
+def test_r13_state_approve_then_run_guarded_continues_the_stored_pause_with_its_counters(store: Store) -> None:
+    async def main() -> tuple[Any, Any, RunState[Any]]:
+        agent = clerk(REFUND_5, [assistant_message("Refunded.")])
+        first = await paused(store, "t-native", agent)
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        second = await run_guarded(agent, state, task_id="t-native", store=store, who="ana")
+        return first, second, state
+
+    first, second, state = asyncio.run(main())
+    assert sent == ["refund-5"]  # approved once, executed once
+    assert (second.status, second.reason) == (Status.COMPLETED, Reason.VALIDATED_DONE)
+    assert (first.used.models, second.used.models, second.used.tools) == (1, 2, 1)  # counters continue
+    assert second.result is not None and second.result.final_output == "Refunded."
+    (pause,) = store.pauses("t-native")
+    assert pause.status == "resumed" and pause.decisions == {"c1": "approve"}
+    (transition,) = store.transitions("t-native")
+    assert (transition.kind, transition.who, transition.pause_id) == ("resume", "ana", pause.pause_id)
+
+    async def again() -> Any:  # the same approved state a second time: the pause resumes at most once
+        return await run_guarded(clerk([assistant_message("x")]), state, task_id="t-native", store=store)
+
+    with pytest.raises(PauseAlreadyResumed):
+        asyncio.run(again())
+    assert sent == ["refund-5"]
+
+
+def test_r13_a_rejected_state_records_the_rejection_and_runs_nothing(store: Store) -> None:
+    async def main() -> Any:
+        agent = clerk(REFUND_5, [assistant_message("Not refunded.")])
+        first = await paused(store, "t-reject", agent)
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.reject(item)
+        return await run_guarded(agent, state, task_id="t-reject", store=store)
+
+    outcome = asyncio.run(main())
+    assert sent == [] and outcome.used.tools == 0 and outcome.used.models == 2
+    assert store.pauses("t-reject")[0].decisions == {"c1": "reject"}
+
+
+@pytest.mark.parametrize("where", ["new task id", "another task", "no task id, other store"])
+def test_r13_a_paused_state_under_another_or_a_new_task_is_refused_never_a_fresh_budget(
+    store: Store, where: str
+) -> None:
+    async def main() -> None:
+        agent = clerk(REFUND_5, [assistant_message("x")])
+        first = await paused(store, "t-owner", agent)
+        await run_guarded(clerk([assistant_message("y")]), "hello", budget=BUDGET, store=store, task_id="t-other")
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        if where == "new task id":
+            await run_guarded(agent, state, task_id="t-fresh", budget=Budget(100, 100), store=store)
+        elif where == "another task":
+            await run_guarded(agent, state, task_id="t-other", store=store)
+        else:  # the default store: the pause is not there
+            await run_guarded(agent, state, budget=Budget(100, 100))
+
+    with pytest.raises(ResumeError) as refused:
+        asyncio.run(main())
+    message = str(refused.value)
+    assert "nothing was run" in message and "resume_guarded" in message
+    if where == "another task":
+        assert "belong to pause" in message and "'t-owner'" in message
+    assert sent == []
+    assert store.task("t-fresh") is None  # no fresh task, no fresh budget
+    assert store.pauses("t-owner")[0].status == "pending"
+
+
+def test_r13_a_state_with_an_undecided_call_is_refused_before_the_claim(store: Store) -> None:
+    async def main() -> None:
+        agent = clerk(REFUND_5)
+        first = await paused(store, "t-undecided", agent)
+        await run_guarded(agent, first.result.to_state(), task_id="t-undecided", store=store)
+
+    with pytest.raises(DecisionError, match="has no decision in the run state"):
+        asyncio.run(main())
+    assert store.pauses("t-undecided")[0].status == "pending" and sent == []
+
+
+def test_r13_the_streamed_door_continues_the_pause_too(store: Store) -> None:
+    async def main() -> Any:
+        agent = clerk(REFUND_5, [assistant_message("Refunded.")])
+        first = await paused(store, "t-stream", agent)
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        stream = run_guarded_streamed(agent, state, task_id="t-stream", store=store)
+        async for _ in stream.stream_events():
+            pass
+        return await stream.outcome()
+
+    outcome = asyncio.run(main())
+    assert (outcome.status, outcome.used.models, sent) == (Status.COMPLETED, 2, ["refund-5"])
+
+
+def test_a_run_guarded_without_store_is_in_the_store_the_loopguard_command_reads(tmp_path: Any) -> None:
+    """One default store: the SDK adapter without ``store=``, its pause, and ``loopguard show`` agree."""
+    url = os.environ["LOOPGUARD_DATABASE_URL"]  # the per-test default store (see conftest.py)
+    outcome = asyncio.run(run_guarded(clerk(REFUND_5), "refund 5", budget=BUDGET, task_id="ticket-1042"))
+    assert outcome.pause_id is not None
+    with SQLStore(url) as opened:
+        task = opened.task("ticket-1042")
+        assert task is not None and task.status == "needs_human"
+        assert opened.pause(outcome.pause_id) is not None
+    shown = subprocess.run(
+        [sys.executable, "-m", "agents_loopguard", "--json", "show", "ticket-1042"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "LOOPGUARD_DATABASE_URL": url},
+    )
+    assert json.loads(shown.stdout)["task"]["status"] == "needs_human"
