@@ -392,7 +392,7 @@ def refusal_message(verdict: Verdict) -> str:
     return f"refused: {verdict.status}/{verdict.reason}: {hint}{detail}"
 
 
-@dataclass
+@dataclass(eq=False)
 class GuardedRun:
     """The state of one guarded run and every run-level rule. Adapters drive it; it decides.
 

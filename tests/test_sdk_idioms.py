@@ -175,3 +175,67 @@ def test_a_run_guarded_without_store_is_in_the_store_the_loopguard_command_reads
         env={**os.environ, "LOOPGUARD_DATABASE_URL": url},
     )
     assert json.loads(shown.stdout)["task"]["status"] == "needs_human"
+
+
+# --- the whole graph counts (R2): agents as tools, runs started inside tool bodies ------------------------------
+
+
+looked: list[str] = []
+
+
+@agents.function_tool
+def lookup(n: int) -> str:
+    """Look something up (a plain SDK tool nobody declared)."""
+    looked.append(f"lookup-{n}")
+    return f"page {n}"
+
+
+def researcher(calls: int) -> Agent[Any]:
+    """An agent that calls its plain tool ``calls`` times (different arguments each time), then answers."""
+    turns = [[function_call("lookup", {"n": n}, call_id=f"l{n}")] for n in range(calls)]
+    return Agent(name="researcher", model=ScriptedModel([*turns, [assistant_message("found it")]]), tools=[lookup])
+
+
+@pytest.mark.parametrize("with_run_config", [False, True], ids=["as_tool", "as_tool(run_config=...)"])
+def test_r2_an_agent_used_as_a_tool_counts_its_model_turns_and_tool_bodies_against_the_task(
+    with_run_config: bool,
+) -> None:
+    looked.clear()
+    inner = researcher(8)
+    tool = inner.as_tool("research", "Research a question.", run_config=agents.RunConfig() if with_run_config else None)
+    outer = Agent(
+        name="boss",
+        model=ScriptedModel([[function_call("research", {"input": "q"}, call_id="r1")], [assistant_message("ok")]]),
+        tools=[tool],
+    )
+    outcome = asyncio.run(run_guarded(outer, "go", budget=Budget(model_turns=20, tool_executions=3)))
+    # the nested agent's plain tool ran only within the task's budget (it used to run 8 times)
+    assert len(looked) == 2 and outcome.used.tools == 3  # the research call itself, then two lookups
+    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.TOOL_BUDGET)
+    assert outcome.used.models >= 3  # the outer turn and the nested agent's turns, all reserved
+
+
+def test_r2_a_runner_run_inside_a_guarded_tool_body_is_guarded_by_the_same_task() -> None:
+    looked.clear()
+
+    @guarded_tool
+    async def delegate(question: str) -> str:
+        """Ask the researcher."""
+        result = await agents.Runner.run(researcher(5), question)
+        return str(result.final_output)
+
+    outer = Agent(
+        name="boss",
+        model=ScriptedModel([[function_call("delegate", {"question": "q"}, call_id="d1")], [assistant_message("ok")]]),
+        tools=[delegate],
+    )
+    outcome = asyncio.run(run_guarded(outer, "go", budget=Budget(model_turns=4, tool_executions=10)))
+    # 4 model turns in all: the outer one and three of the nested run; the fourth nested turn is refused
+    assert outcome.used.models == 4 and len(looked) == 3
+    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.MODEL_BUDGET)
+
+
+def test_r2_outside_a_guarded_run_the_sdk_runs_as_usual() -> None:
+    looked.clear()
+    result = agents.Runner.run_sync(researcher(2), "q")
+    assert result.final_output == "found it" and looked == ["lookup-0", "lookup-1"]

@@ -36,6 +36,11 @@ class GuardHooks(RunHooks[Any]):
         self._inner = inner
         self._unwrapped: dict[Any, Generator[Any, Answer, Executed]] = {}
 
+    @property
+    def run(self) -> GuardedRun:
+        """The guarded run these hooks belong to."""
+        return self._run
+
     async def on_agent_start(self, context: AgentHookContext[Any], agent: Any) -> None:
         if self._inner is not None:
             await self._inner.on_agent_start(context, agent)

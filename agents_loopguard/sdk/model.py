@@ -196,6 +196,11 @@ class GuardedModelProvider(ModelProvider):
         self._inner = inner
         self._run = run
 
+    @property
+    def run(self) -> GuardedRun:
+        """The guarded run this provider's models belong to."""
+        return self._run
+
     def get_model(self, model_name: str | None) -> Model:
         model = self._inner.get_model(model_name)
         return model if isinstance(model, GuardedModel) else GuardedModel(model, self._run)

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
-from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, RunState
+from agents import Agent, RunConfig, Runner, RunState
 from agents.exceptions import (
     AgentsException,
     InputGuardrailTripwireTriggered,
@@ -54,7 +54,7 @@ from agents.exceptions import (
     ToolTimeoutError,
 )
 from agents.lifecycle import RunHooks
-from agents.models.interface import Model, ModelProvider
+from agents.models.interface import ModelProvider
 from agents.result import RunResult, RunResultBase, RunResultStreaming
 from agents.stream_events import StreamEvent
 
@@ -68,10 +68,9 @@ from ..run import GuardedRun, OnRefusal, Release, make_guard
 from ..store.base import PauseRecord, Store
 from ..store.defaults import default_store
 from ._internal import ACTIVE_RUN, Halt, maybe_await, trace_decision
+from .graph import guard_agent, guard_config, install_nested_guard
 from .hooks import GuardHooks
-from .model import GuardedModel, GuardedModelProvider
 from .pauses import persist_pause, waiting_detail
-from .tools import guard_undeclared
 
 __all__ = ["GuardStopped", "GuardedStream", "run_guarded", "run_guarded_streamed", "run_guarded_sync"]
 
@@ -174,6 +173,7 @@ def _start(
     release: Release,
 ) -> GuardedRun:
     """The guarded run of one SDK run: its guard (decisions traced as SDK spans) and the refusal modes."""
+    install_nested_guard()
     the_guard = make_guard(guard=guard, budget=budget, store=store, task_id=task_id, policy=policy)
     if the_guard.observer is None:  # guard decisions show as spans in the SDK's trace
         the_guard.observer = trace_decision
@@ -218,36 +218,6 @@ class _Prepared:
     """The SDK gives no sign that a ``max_turns`` error handler replaced ``MaxTurnsExceeded``: we mark it."""
 
 
-def _guard_model(model: Any, run: GuardedRun) -> Any:
-    return GuardedModel(model, run) if isinstance(model, Model) and not isinstance(model, GuardedModel) else model
-
-
-def _guard_agent(agent: Agent[Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Agent[Any]:
-    """A guarded copy of ``agent`` and of every agent it can hand off to (lazily, for ``Handoff`` objects)."""
-    seen = memo.get(id(agent))
-    if seen is not None:
-        return seen
-    clone = agent.clone(model=_guard_model(agent.model, run), model_settings=agent.model_settings)
-    memo[id(agent)] = clone
-    clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
-    clone.handoffs = [_guard_handoff(h, run, memo) for h in agent.handoffs]
-    return clone
-
-
-def _guard_handoff(target: Agent[Any] | Handoff[Any, Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Any:
-    if isinstance(target, Agent):
-        return _guard_agent(target, run, memo)
-    if not isinstance(target, Handoff):
-        return target
-    invoke = target.on_invoke_handoff
-
-    async def on_invoke_handoff(ctx: Any, input_json: str) -> Any:
-        agent = await invoke(ctx, input_json)
-        return _guard_agent(agent, run, memo) if isinstance(agent, Agent) else agent
-
-    return dataclasses.replace(target, on_invoke_handoff=on_invoke_handoff)
-
-
 def _prepare(
     agent: Agent[Any],
     run: GuardedRun,
@@ -257,14 +227,9 @@ def _prepare(
     error_handlers: Any,
 ) -> _Prepared:
     owned = run_config is None or (isinstance(run_config, dict) and "model_provider" not in run_config)
-    config = run_config if isinstance(run_config, RunConfig) else RunConfig(**(run_config or {}))
-    config = dataclasses.replace(
-        config,
-        model=_guard_model(config.model, run),
-        model_provider=GuardedModelProvider(config.model_provider, run),
-    )
+    config = guard_config(run_config, run)
     prepared = _Prepared(
-        agent=_guard_agent(agent, run, {}),
+        agent=guard_agent(agent, run),
         run_config=config,
         hooks=GuardHooks(run, hooks),
         error_handlers=error_handlers,

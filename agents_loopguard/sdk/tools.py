@@ -27,14 +27,11 @@ from typing import Any, cast, overload
 
 from agents import FunctionTool, function_tool
 from agents.exceptions import UserError
-from agents.models.interface import Model
-from agents.run_config import RunConfig
 from agents.tool_context import ToolContext
 
 from ..core import Kind
 from ..run import Executed, GuardedRun, ToolSpec, Verify, declare_tool
 from ._internal import ACTIVE_RUN, execute
-from .model import GuardedModel
 
 __all__ = ["guard_tool", "guarded_tool", "tool_spec"]
 
@@ -128,7 +125,6 @@ def _guarded_invoker(
     spec: ToolSpec,
     *,
     function: Callable[..., Any] | None,
-    agent_tool: Any = None,
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
     """The ``on_invoke_tool`` of a guarded tool (its first parameter is annotated ``ToolContext`` on purpose: the SDK
     passes a bare ``RunContextWrapper``, without the call id, to a wrapper annotated that way).
@@ -149,8 +145,6 @@ def _guarded_invoker(
         args = run.parse(spec, name, args_json)
         if isinstance(args, Executed):
             return args.message
-        if agent_tool is not None:
-            _guard_nested_run(ctx, agent_tool, run)
         if function is None:
             return await _run_call(run, spec, name, args, call_id, lambda: inner(ctx, args_json))
         invocation = _Invocation(run, spec, name, args, call_id)
@@ -177,15 +171,6 @@ def _guarded_invoker(
 
 def _schema_rejected(run: GuardedRun, spec: ToolSpec, name: str) -> None:
     run.refuse_invalid(name, spec.kind, f"the arguments for {name!r} do not match its JSON schema")
-
-
-def _guard_nested_run(ctx: ToolContext[Any], agent_tool: Any, run: GuardedRun) -> None:
-    """An agent used as a tool runs a nested ``Runner.run`` with ``ctx.run_config``: the guarded config reaches
-    its string models through the guarded provider; an agent holding a Model instance gets it wrapped here."""
-    model = getattr(agent_tool, "model", None)
-    config = ctx.run_config or RunConfig()
-    if config.model is None and isinstance(model, Model) and not isinstance(model, GuardedModel):
-        ctx.run_config = dataclasses.replace(config, model=GuardedModel(model, run))
 
 
 def tool_spec(tool: FunctionTool) -> ToolSpec | None:
@@ -324,8 +309,7 @@ def _guard(tool: FunctionTool, spec: ToolSpec) -> FunctionTool:
         invoker = _guarded_invoker(carrier.on_invoke_tool, spec, function=function)
     else:
         inner = getattr(tool.on_invoke_tool, _INNER, tool.on_invoke_tool)
-        agent_tool = getattr(tool, "_agent_instance", None) if getattr(tool, "_is_agent_tool", False) else None
-        invoker = _guarded_invoker(inner, spec, function=None, agent_tool=agent_tool)
+        invoker = _guarded_invoker(inner, spec, function=None)
     return dataclasses.replace(tool, on_invoke_tool=invoker)
 
 

@@ -1,0 +1,121 @@
+"""The guarded copy of an agent graph, and the whole graph counting: nested runs included.
+
+A guarded run never runs the application's agents: it runs copies whose models are wrapped (every attempt reserved)
+and whose plain function tools are guarded as reads, handoff targets included; the application's agents, tools and
+settings are untouched. Agents also run *inside* a run: an agent used as a tool (``agent.as_tool()``, which starts
+a nested ``Runner.run`` with the original agent, with or without a ``run_config``) and a ``Runner.run`` that a tool
+body starts itself. Every one of them goes through the SDK's default agent runner, so the adapter installs a
+delegating runner there: inside a guarded run (the contextvar :data:`~._internal.ACTIVE_RUN` is set) a nested run is
+given the guarded copy of its agent, the guarded model provider and the guard's hooks, so its model attempts and
+tool executions count against the same task, under the same stop mark and budget. Outside a guarded run it only
+delegates. (``set_default_agent_runner`` is the SDK's one interception point for nested runs; the adapter pins the
+SDK's minor version.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+from agents import Agent, FunctionTool, Handoff, RunConfig
+from agents.models.interface import Model
+from agents.result import RunResult, RunResultStreaming
+from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
+
+from ..run import GuardedRun
+from ._internal import ACTIVE_RUN
+from .hooks import GuardHooks
+from .model import GuardedModel, GuardedModelProvider
+from .tools import guard_undeclared
+
+__all__ = ["guard_agent", "guard_config", "install_nested_guard"]
+
+_RUN_OF = "_loopguard_run"
+_COPIES: weakref.WeakKeyDictionary[GuardedRun, dict[int, Agent[Any]]] = weakref.WeakKeyDictionary()
+"""run -> id(application agent) -> its guarded copy (one copy per agent and run, nested runs included)."""
+
+
+def _guard_model(model: Any, run: GuardedRun) -> Any:
+    return GuardedModel(model, run) if isinstance(model, Model) and not isinstance(model, GuardedModel) else model
+
+
+def guard_agent(agent: Agent[Any], run: GuardedRun) -> Agent[Any]:
+    """The guarded copy of ``agent`` for ``run``, and of every agent it can hand off to (lazily for ``Handoff``)."""
+    if getattr(agent, _RUN_OF, None) is run:
+        return agent
+    return _copy(agent, run, _COPIES.setdefault(run, {}))
+
+
+def _copy(agent: Agent[Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Agent[Any]:
+    seen = memo.get(id(agent))
+    if seen is not None:
+        return seen
+    clone = agent.clone(model=_guard_model(agent.model, run), model_settings=agent.model_settings)
+    setattr(clone, _RUN_OF, run)
+    memo[id(agent)] = clone
+    clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+    clone.handoffs = [_guard_handoff(h, run, memo) for h in agent.handoffs]
+    return clone
+
+
+def _guard_handoff(target: Agent[Any] | Handoff[Any, Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Any:
+    if isinstance(target, Agent):
+        return _copy(target, run, memo)
+    if not isinstance(target, Handoff):
+        return target
+    invoke = target.on_invoke_handoff
+
+    async def on_invoke_handoff(ctx: Any, input_json: str) -> Any:
+        agent = await invoke(ctx, input_json)
+        return _copy(agent, run, memo) if isinstance(agent, Agent) else agent
+
+    return dataclasses.replace(target, on_invoke_handoff=on_invoke_handoff)
+
+
+def guard_config(run_config: RunConfig | dict[str, Any] | None, run: GuardedRun) -> RunConfig:
+    """``run_config`` with its model and its model provider wrapped for ``run`` (a copy; already wrapped: as is)."""
+    config = run_config if isinstance(run_config, RunConfig) else RunConfig(**(run_config or {}))
+    provider = config.model_provider
+    if isinstance(provider, GuardedModelProvider) and provider.run is run:
+        return config
+    return dataclasses.replace(
+        config, model=_guard_model(config.model, run), model_provider=GuardedModelProvider(provider, run)
+    )
+
+
+def _nested(run: GuardedRun, agent: Agent[Any], kwargs: dict[str, Any]) -> tuple[Agent[Any], dict[str, Any]]:
+    hooks = kwargs.get("hooks")
+    if not (isinstance(hooks, GuardHooks) and hooks.run is run):
+        kwargs["hooks"] = GuardHooks(run, hooks)
+    kwargs["run_config"] = guard_config(kwargs.get("run_config"), run)
+    return guard_agent(agent, run), kwargs
+
+
+class _NestedRunGuard(AgentRunner):
+    """The SDK's default agent runner, delegating; a run started inside a guarded run is guarded by it."""
+
+    def __init__(self, inner: AgentRunner) -> None:
+        self._inner = inner
+
+    async def run(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        run = ACTIVE_RUN.get()
+        if run is not None and getattr(starting_agent, _RUN_OF, None) is not run:
+            starting_agent, kwargs = _nested(run, starting_agent, kwargs)
+        return await self._inner.run(starting_agent, input, **kwargs)
+
+    def run_streamed(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResultStreaming:
+        run = ACTIVE_RUN.get()
+        if run is not None and getattr(starting_agent, _RUN_OF, None) is not run:
+            starting_agent, kwargs = _nested(run, starting_agent, kwargs)
+        return self._inner.run_streamed(starting_agent, input, **kwargs)
+
+    def run_sync(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        return self._inner.run_sync(starting_agent, input, **kwargs)
+
+
+def install_nested_guard() -> None:
+    """Put the delegating runner in front of the SDK's default agent runner (once; idempotent)."""
+    current = get_default_agent_runner()
+    if not isinstance(current, _NestedRunGuard):
+        set_default_agent_runner(_NestedRunGuard(current))
