@@ -59,6 +59,7 @@ from .store.defaults import default_store
 __all__ = [
     "Answer",
     "Check",
+    "DeadlineExceeded",
     "Execute",
     "Executed",
     "GuardStopped",
@@ -74,6 +75,7 @@ __all__ = [
     "make_guard",
     "perform_check",
     "perform_check_async",
+    "within_deadline",
 ]
 
 T = TypeVar("T")
@@ -229,10 +231,17 @@ def parse_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str,
 
 @dataclass(frozen=True)
 class Execute:
-    """Run the tool body of ``call`` once (the adapter knows how)."""
+    """Run the tool body of ``call`` once (the adapter knows how). With a ``timeout`` (the seconds left before the
+    task's deadline), an adapter that can interrupt the body raises :class:`DeadlineExceeded` when it runs out."""
 
     call: Call
     attempt: int = 1
+    timeout: float | None = None
+
+
+class DeadlineExceeded(Exception):
+    """A tool body or a model request still running at the task's deadline was abandoned. For a write this proves
+    nothing about its effect: it stays unknown."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +288,22 @@ async def perform_check_async(effect: Check | Sleep) -> Any:
         return None
     value = effect.verify(*effect.args)
     return await value if inspect.isawaitable(value) else value
+
+
+async def within_deadline(work: Awaitable[T], timeout: float | None) -> T:
+    """Await ``work``, abandoning it (cancelled) when ``timeout`` seconds pass: :class:`DeadlineExceeded`. The
+    work's own exceptions, a ``TimeoutError`` included, pass through unchanged."""
+    if timeout is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    finally:
+        if not task.done():
+            task.cancel()
+    if not done:
+        raise DeadlineExceeded(f"still running at the task's deadline ({timeout:.3g}s were left)")
+    return task.result()
 
 
 def drive(steps: Generator[Any, Answer, T], perform: Callable[[Any], Any]) -> T:
@@ -334,6 +359,8 @@ class ModelAttempt:
 
     tool_choice: Any
     reserved_cost: float = 0.0
+    timeout: float | None = None
+    """Seconds left before the task's deadline: the request must not outlive it (``None``: no deadline)."""
 
 
 @dataclass(frozen=True)
@@ -515,7 +542,17 @@ class GuardedRun:
             if reserved:
                 self.guard.settle_cost(reserved, 0.0)
             return self.stop(refused)
-        return ModelAttempt(self.tool_choice(requested_choice) if offers_tools else requested_choice, reserved)
+        choice = self.tool_choice(requested_choice) if offers_tools else requested_choice
+        return ModelAttempt(choice, reserved, self.remaining())
+
+    def remaining(self) -> float | None:
+        """Seconds left before the task's deadline (``None`` without one): what work in flight may still take."""
+        deadline = self.guard.budget.deadline
+        return None if deadline is None else max(0.0, deadline - self.guard.now())
+
+    def deadline_verdict(self, what: str) -> Verdict:
+        """The verdict when ``what`` (a model request) was still running at the deadline."""
+        return self.stop(Verdict(Status.STOPPED, Reason.DEADLINE, f"the deadline passed during {what}"))
 
     def end_model_attempt(
         self, attempt: ModelAttempt, *, usage: tuple[int, int] | None = None, failure: ModelFailure | None = None
@@ -543,6 +580,20 @@ class GuardedRun:
             return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{detail}: the server says not to retry")
         suffix = f" (after {attempts} attempts)" if attempts is not None else ""
         return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{detail}{suffix}")
+
+    def model_retry(self, failure: ModelFailure, *, retry: int, policy: RetryPolicy) -> float | Verdict:
+        """After the failed attempt number ``retry + 1`` of one model request: the seconds to wait before the next
+        attempt (which is reserved like any), or the verdict that ends the request (not retryable, no retry left,
+        a server asking to wait too long, a wait that would pass the deadline)."""
+        if failure.kind != "transient" or not failure.may_retry:
+            return self.model_error(failure)
+        if retry >= policy.max_retries:
+            return self.model_error(failure, attempts=retry + 1)
+        delay = policy.delay(retry, retry_after=failure.retry_after)
+        if delay is None:
+            detail = f"{self.guard.storable(failure.detail)}: the server asks to wait {failure.retry_after}s"
+            return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{detail}, more than max_retry_after")
+        return self.wait_verdict(delay) or delay
 
     def wait_verdict(self, seconds: float) -> Verdict | None:
         """A retry backoff that would end past the deadline is not started: the deadline verdict."""
@@ -665,7 +716,9 @@ class GuardedRun:
             key = next(self._keys)
             flight = self.flights[key] = Flight(ticket, self.label(ticket.call))
             try:
-                answer = yield Execute(ticket.call, attempt)
+                answer = yield Execute(ticket.call, attempt, self.remaining())
+                if isinstance(answer.error, DeadlineExceeded):
+                    return self._failed(ticket, answer.error, reason=Reason.DEADLINE)
                 if answer.error is not None:
                     kind = spec.retry.classify(answer.error)
                     if kind is None:
@@ -689,8 +742,8 @@ class GuardedRun:
             return Executed(output=output)
         return failure
 
-    def _failed(self, ticket: Ticket, error: Exception) -> Executed:
-        failed = self.guard.fail(ticket, error)
+    def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
+        failed = self.guard.fail(ticket, error, reason=reason)
         self.failures[id(error)] = failed
         return Executed(message=self.report(failed), error=error, verdict=failed)
 
@@ -789,15 +842,22 @@ class GuardedRun:
                 verdict = dataclasses.replace(failed, detail=f"{flight.label} was in flight when the run ended")
         return verdict, [flight.label for flight in flights]
 
-    def end(self, verdict: Verdict, *, result: Any = None, pause_id: str | None = None) -> Outcome:
+    def end(
+        self, verdict: Verdict, *, result: Any = None, pause_id: str | None = None, final_output: Any = None
+    ) -> Outcome:
         """End the task with ``verdict`` (see :meth:`ending`); raises :class:`GuardStopped` in ``raise`` mode when
-        the guard stopped the run. ``pause_id`` names a pause the application stored itself."""
+        the guard stopped the run. ``pause_id`` names a pause the application stored itself; ``final_output`` is
+        the model's last answer, stored with the outcome (redacted)."""
         verdict, in_flight = self.ending(verdict)
         value = verdict.value if verdict.status is Status.COMPLETED and verdict.has_value else self.guard.last_good
         if self.unwrap_values:
             value = _output_of(value)
         outcome = self.guard.end(
-            dataclasses.replace(verdict, value=value), in_flight=in_flight, result=result, pause_id=pause_id
+            dataclasses.replace(verdict, value=value),
+            in_flight=in_flight,
+            result=result,
+            pause_id=pause_id,
+            final_output=jsonable(final_output),
         )
         if self.on_refusal == "raise" and verdict is self.verdict and outcome.status is not Status.COMPLETED:
             raise self.raises(outcome)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import doctest
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -537,6 +538,29 @@ def test_a_stall_without_retries_left_stops_with_model_error(server: ScriptedOpe
     assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.MODEL_ERROR)
     assert "APITimeoutError" in outcome.detail
     assert len(server.requests) == outcome.used.models == 1
+
+
+@pytest.mark.parametrize(("api", "mode"), COMBOS)
+def test_the_deadline_bounds_a_request_in_flight_with_the_clients_default_timeout(
+    server: ScriptedOpenAIServer, api: str, mode: str
+) -> None:
+    """Issue: a stalled server held a worker for the client's own timeout (600 s by default), far past the deadline.
+    Each request now goes out with ``timeout = min(client timeout, deadline - now)``; the run ends at the deadline."""
+    server.add(stall(30), final_text("too late"))
+    store = MemoryStore()
+    outcome = run_loop(
+        server,
+        api,
+        mode,
+        tools=[],
+        budget=Budget(5, 0, deadline=time.time() + 1.0),
+        store=store,
+        task_id="t",
+        model_retry=FAST,
+    )
+    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.DEADLINE)
+    assert len(server.requests) == outcome.used.models == 1
+    assert "error:APITimeoutError" in [e.result_class for e in store.trace("t")]
 
 
 def test_a_backoff_that_would_cross_the_deadline_stops_without_waiting(server: ScriptedOpenAIServer) -> None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -294,17 +295,50 @@ def test_cancelling_an_http_run_records_the_call_in_flight(server: ScriptedOpenA
     assert len(server.requests) == 1
 
 
-def test_client_retries_beneath_the_guard_are_pointed_out_once(
-    server: ScriptedOpenAIServer, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("stream", MODES, ids=["run", "run_streamed"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_r2_a_client_with_its_own_retries_has_every_http_attempt_reserved(
+    server: ScriptedOpenAIServer, kind: str, stream: bool
 ) -> None:
-    server.add(final_text("one"), final_text("two"))
+    """The openai client retries twice by default, inside one model call: the guard takes those retries over, so
+    the server's request count equals ``used.models`` without the user changing the client."""
+    server.add(http_error(500), http_error(503), final_text("fine"))
 
-    async def main() -> None:
+    async def main() -> Any:
         async with openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=2) as client:
-            for _ in range(2):
-                await guarded(Agent(name="a", model=sdk_model("responses", client)), False)
+            return await guarded(Agent(name="a", model=sdk_model(kind, client)), stream)
 
-    with caplog.at_level("WARNING", logger="agents_loopguard.sdk.model"):
-        asyncio.run(main())
-    warnings = [r for r in caplog.records if "retries up to 2 times" in r.getMessage()]
-    assert len(warnings) == 1 and "max_retries=0" in warnings[0].getMessage()
+    outcome = asyncio.run(main())
+    assert (outcome.status, outcome.used.models, len(server.requests)) == (Status.PARTIAL, 3, 3)
+    assert outcome.final_output == "fine"
+
+
+def test_r2_a_default_async_openai_counts_every_attempt_and_the_budget_stops_its_retries(
+    server: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model named by string uses the SDK's default provider and a default ``AsyncOpenAI()`` (from the
+    environment): its third attempt would exceed the model budget, so it is never sent."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    server.add(http_error(500), http_error(500), final_text("too late"))
+    outcome = asyncio.run(guarded(Agent(name="a", model=MODEL), False, budget=Budget(model_turns=2, tool_executions=0)))
+    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.MODEL_BUDGET)
+    assert outcome.used.models == len(server.requests) == 2
+
+
+def test_r2_a_model_request_is_bounded_by_the_deadline(server: ScriptedOpenAIServer) -> None:
+    """A stalled server cannot hold the run past ``Budget.deadline``: the request is abandoned at the deadline."""
+    server.add(stall(30))
+
+    async def main() -> Any:
+        async with client_for(server) as client:
+            deadline = time.time() + 1.0
+            return await guarded(
+                Agent(name="a", model=sdk_model("responses", client)),
+                False,
+                budget=Budget(model_turns=3, tool_executions=0, deadline=deadline),
+            )
+
+    outcome = asyncio.run(main())
+    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.DEADLINE)
+    assert outcome.used.models == 1 == len(server.requests)

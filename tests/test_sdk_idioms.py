@@ -239,3 +239,44 @@ def test_r2_outside_a_guarded_run_the_sdk_runs_as_usual() -> None:
     looked.clear()
     result = agents.Runner.run_sync(researcher(2), "q")
     assert result.final_output == "found it" and looked == ["lookup-0", "lookup-1"]
+
+
+# --- a finished task keeps its answer; deadlines bound work in flight -------------------------------------------
+
+
+def test_a_finished_task_keeps_its_final_output_on_every_replay(store: Store) -> None:
+    agent = Agent(name="a", model=ScriptedModel([[assistant_message("The answer is 42. api_key=sk-abc123abc123")]]))
+    first = asyncio.run(run_guarded(agent, "q", budget=BUDGET, store=store, task_id="t-answer"))
+    again = asyncio.run(run_guarded(agent, "q", budget=BUDGET, store=store, task_id="t-answer"))
+    assert first.final_output == again.final_output
+    assert str(again.final_output).startswith("The answer is 42.") and "sk-abc123" not in str(again.final_output)
+    assert again.result is None and again.used == first.used  # nothing ran again
+
+
+def test_a_write_still_running_at_the_deadline_stays_unknown_and_is_never_resent(store: Store) -> None:
+    import time as clock
+
+    started: list[str] = []
+
+    @guarded_tool(
+        kind="write",
+        operation_id=lambda a: f"book-{a['order']}",
+        verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+    )
+    async def book(order: int) -> str:
+        """Book a shipment (the carrier hangs)."""
+        started.append(f"book-{order}")
+        await asyncio.sleep(30)
+        return "booked"
+
+    agent = Agent(name="a", model=ScriptedModel([[function_call("book", {"order": 9}, call_id="b1")]]), tools=[book])
+    budget = Budget(model_turns=3, tool_executions=3, deadline=clock.time() + 1.0)
+    outcome = asyncio.run(run_guarded(agent, "book", budget=budget, store=store, task_id="t-deadline"))
+    assert (outcome.status, outcome.reason, outcome.operation_id) == (
+        Status.NEEDS_RECONCILIATION,
+        Reason.DEADLINE,
+        "book-9",
+    )
+    assert started == ["book-9"]
+    (operation,) = store.operations("t-deadline")
+    assert str(operation.state) == "unknown"

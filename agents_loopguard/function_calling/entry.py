@@ -15,7 +15,16 @@ import openai
 
 from ..outcome import Outcome
 from ..pricing import price_for
-from ..run import Execute, GuardedRun, adrive, drive, make_guard, perform_check, perform_check_async
+from ..run import (
+    Execute,
+    GuardedRun,
+    adrive,
+    drive,
+    make_guard,
+    perform_check,
+    perform_check_async,
+    within_deadline,
+)
 from .loop import Loop, Request, conversation_of, in_flight_label
 from .options import LoopOptions
 from .tools import GuardedTool
@@ -88,12 +97,22 @@ def _prepare(
     )
 
 
+def _bounded(client: Any, request: Request) -> dict[str, Any]:
+    """The request's keyword arguments, with ``timeout = min(the client's timeout, the time left before the
+    deadline)``: a stalled server cannot hold a worker past ``Budget.deadline``."""
+    if request.timeout is None:
+        return request.kwargs
+    own = request.kwargs.get("timeout", getattr(client, "timeout", None))
+    timeout = min(own, request.timeout) if isinstance(own, (int, float)) else request.timeout
+    return {**request.kwargs, "timeout": max(timeout, 0.001)}
+
+
 def _sync_performer(client: Any, loop: Loop) -> Callable[[Any], Any]:
     create = loop.api.endpoint(client.with_options(max_retries=0))  # the loop owns retries: one request, one turn
 
     def perform(effect: Any) -> Any:
         if isinstance(effect, Request):
-            return create(**effect.kwargs)
+            return create(**_bounded(client, effect))
         if isinstance(effect, Execute):
             return loop.tools[effect.call.tool].fn(**effect.call.args)
         return perform_check(effect)
@@ -106,10 +125,10 @@ def _async_performer(client: Any, loop: Loop) -> Callable[[Any], Awaitable[Any]]
 
     async def perform(effect: Any) -> Any:
         if isinstance(effect, Request):
-            return await create(**effect.kwargs)
+            return await create(**_bounded(client, effect))
         if isinstance(effect, Execute):
             value = loop.tools[effect.call.tool].fn(**effect.call.args)
-            return await value if inspect.isawaitable(value) else value
+            return await within_deadline(value, effect.timeout) if inspect.isawaitable(value) else value
         return await perform_check_async(effect)
 
     return perform

@@ -28,6 +28,8 @@ class Request:
     """Send one model request (no client retries: the loop owns them)."""
 
     kwargs: dict[str, Any]
+    timeout: float | None = None
+    """Seconds left before the task's deadline: the request is sent with at most that timeout."""
 
 
 def in_flight_label(call: Call) -> str:
@@ -70,7 +72,7 @@ class Loop:
             raise
 
     def _end(self, verdict: Verdict) -> Outcome:
-        return self.run.end(verdict, result=self.result)
+        return self.run.end(verdict, result=self.result, final_output=self.result.final_text)
 
     def _turns(self) -> Generator[Any, Answer, Outcome]:
         run, api, conversation = self.run, self.api, self.result.conversation
@@ -134,7 +136,7 @@ class Loop:
                 return attempt
             self.result.attempts += 1
             self.doing = "a model request"
-            answer = yield Request(self._request(attempt.tool_choice))
+            answer = yield Request(self._request(attempt.tool_choice), timeout=attempt.timeout)
             self.doing = ""
             if answer.error is None:
                 run.end_model_attempt(attempt, usage=self.api.usage(answer.value))
@@ -143,20 +145,12 @@ class Loop:
             if failure is None:
                 raise answer.error  # a programming error (a bad request option...), not an outcome
             run.end_model_attempt(attempt, failure=failure)
-            if failure.kind != "transient" or not failure.may_retry:
-                return run.model_error(failure)
-            if retry >= retry_policy.max_retries:
-                return run.model_error(failure, attempts=retry + 1)
-            delay = retry_policy.delay(retry, retry_after=failure.retry_after)
-            if delay is None:
-                detail = f"{run.guard.storable(failure.detail)}: the server asks to wait {failure.retry_after}s"
-                return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{detail}, more than max_retry_after")
-            stop = run.wait_verdict(delay)
-            if stop is not None:
-                return stop
-            if delay > 0:
+            wait = run.model_retry(failure, retry=retry, policy=retry_policy)
+            if isinstance(wait, Verdict):
+                return wait
+            if wait > 0:
                 self.doing = "a retry backoff"
-                yield Sleep(delay)
+                yield Sleep(wait)
                 self.doing = ""
             retry += 1
 

@@ -21,7 +21,7 @@ from agents.tracing import custom_span, get_current_trace
 from agents.tracing.traces import NoOpTrace
 
 from ..core import Call, Guard, Verdict
-from ..run import Execute, Executed, GuardedRun, ToolSpec, adrive, perform_check_async
+from ..run import Execute, Executed, GuardedRun, ToolSpec, adrive, perform_check_async, within_deadline
 
 __all__ = ["ACTIVE_RUN", "Halt", "current_guard", "execute", "maybe_await", "trace_decision"]
 
@@ -70,7 +70,7 @@ async def execute(run: GuardedRun, spec: ToolSpec, call: Call, body: Callable[[]
 
     async def perform(effect: Any) -> Any:
         if isinstance(effect, Execute):
-            return await body()
+            return await within_deadline(body(), effect.timeout)
         return await perform_check_async(effect)
 
     return await adrive(run.execute(spec, call), perform)

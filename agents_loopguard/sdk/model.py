@@ -3,27 +3,40 @@
 The SDK's ``on_llm_start`` hook fires once per turn, before its retry loop; a ``Model`` wrapper sees each attempt,
 so this is where the model counter is reserved (R1, R2). It is also the one place that acts on the exact request in
 streamed and non-streamed runs alike, which is why ``tool_choice`` is replaced here (R12).
+
+The openai client retries failed requests inside one call (two retries by default), where nobody could count them.
+The wrapper takes those retries over: the client is told not to retry (the SDK's own switch for provider-managed
+retries), and the wrapper makes the same attempts with the same backoff, each one reserved first; so the server's
+request count equals ``used.models`` with a default ``AsyncOpenAI()``. Each request goes out with ``timeout =
+min(the client's, the time left before Budget.deadline)``, and a request still running at the deadline is
+abandoned: the run ends ``stopped/deadline``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
-import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+import openai
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
+from agents.models._retry_runtime import provider_managed_retries_disabled, should_disable_provider_managed_retries
 from agents.models.interface import Model, ModelProvider, ModelTracing
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest, ModelRetryNormalizedError
 from agents.tool import Tool
 
 from ..core import Verdict
 from ..model_errors import ModelFailure, classify_model_error
-from ..run import GuardedRun, ModelAttempt
+from ..outcome import Reason
+from ..retry import NO_RETRY, RetryPolicy
+from ..run import DeadlineExceeded, GuardedRun, ModelAttempt, within_deadline
 from ._internal import Halt
 
 if TYPE_CHECKING:
@@ -32,26 +45,29 @@ if TYPE_CHECKING:
 __all__ = ["GuardedModel", "GuardedModelProvider"]
 
 log = logging.getLogger(__name__)
-_warned: weakref.WeakSet[Any] = weakref.WeakSet()
+_NO_CLIENT: Any = object()
 
 
-def _warn_client_retries(model: Model) -> None:
-    """The openai client's own retries happen inside one ``get_response``, out of the guard's sight: say so once."""
-    client = getattr(model, "_client", None)  # the SDK's OpenAI models keep their client there
-    retries = getattr(client, "max_retries", 0)
-    try:
-        if client is None or not isinstance(retries, int) or retries <= 0 or client in _warned:
-            return
-        _warned.add(client)
-    except TypeError:  # a client that cannot be weakly referenced: no warning
-        return
-    log.warning(
-        "the openai client of %s retries up to %d times inside one model call, where the guard cannot count the "
-        "attempts: create it with max_retries=0 and retry with ModelSettings(retry=ModelRetrySettings(...)), "
-        "whose every attempt is reserved",
-        type(model).__name__,
-        retries,
-    )
+def _provider_retries(model: Model) -> int:
+    """The retries the model's openai client would make inside one call (0 where the SDK already turned them off
+    for this attempt, or the model has no openai client)."""
+    if should_disable_provider_managed_retries():
+        return 0
+    client = getattr(model, "_client", _NO_CLIENT)  # the SDK's OpenAI models keep their client there
+    if client is _NO_CLIENT:
+        return 0
+    retries = getattr(client, "max_retries", 0) if client is not None else openai.DEFAULT_MAX_RETRIES
+    return retries if isinstance(retries, int) and retries > 0 else 0
+
+
+def _with_timeout(model: Model, settings: ModelSettings, timeout: float | None) -> ModelSettings:
+    """An OpenAI model's request goes out with ``timeout = min(its own, the time left before the deadline)``."""
+    if timeout is None or not isinstance(model, (OpenAIResponsesModel, OpenAIChatCompletionsModel)):
+        return settings
+    extra = dict(settings.extra_args or {})
+    own = extra.get("timeout", getattr(getattr(model, "_client", None), "timeout", None))
+    extra["timeout"] = max(0.001, min(own, timeout) if isinstance(own, (int, float)) else timeout)
+    return dataclasses.replace(settings, extra_args=extra)
 
 
 def _failure(error: BaseException) -> ModelFailure:
@@ -80,7 +96,6 @@ class GuardedModel(Model):
     def __init__(self, inner: Model, run: GuardedRun) -> None:
         self._inner = inner
         self._run = run
-        _warn_client_retries(inner)
 
     @property
     def inner(self) -> Model:
@@ -107,25 +122,36 @@ class GuardedModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
-        attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
-        try:
-            response = await self._inner.get_response(
-                system_instructions,
-                input,
-                settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
-        except Exception as exc:
-            self._run.end_model_attempt(attempt, failure=_failure(exc))
-            raise
-        self._run.end_model_attempt(attempt, usage=_usage(response))
-        return response
+        policy = RetryPolicy(max_retries=_provider_retries(self._inner))
+        retry = 0
+        while True:  # the client's own retries, taken over: every HTTP attempt is reserved first
+            attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
+            try:
+                with provider_managed_retries_disabled(True):
+                    response = await within_deadline(
+                        self._inner.get_response(
+                            system_instructions,
+                            input,
+                            settings,
+                            tools,
+                            output_schema,
+                            handoffs,
+                            tracing,
+                            previous_response_id=previous_response_id,
+                            conversation_id=conversation_id,
+                            prompt=prompt,
+                        ),
+                        attempt.timeout,
+                    )
+            except Exception as exc:
+                wait = self._failed(attempt, exc, retry=retry, policy=policy)
+                if wait is None:
+                    raise
+                await asyncio.sleep(wait)
+                retry += 1
+                continue
+            self._run.end_model_attempt(attempt, usage=_usage(response))
+            return response
 
     async def stream_response(
         self,
@@ -141,27 +167,54 @@ class GuardedModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
-        usage: tuple[int, int] | None = None
-        try:
-            async for event in self._inner.stream_response(
-                system_instructions,
-                input,
-                settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            ):
-                usage = _usage(getattr(event, "response", None)) or usage
-                yield event
-        except Exception as exc:
-            self._run.end_model_attempt(attempt, failure=_failure(exc))
-            raise
-        self._run.end_model_attempt(attempt, usage=usage)
+        policy = RetryPolicy(max_retries=_provider_retries(self._inner))
+        retry = 0
+        while True:  # retried only before the first event (what the client's own retries could do)
+            attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
+            usage: tuple[int, int] | None = None
+            started = False
+            try:
+                with provider_managed_retries_disabled(True):
+                    events = self._inner.stream_response(
+                        system_instructions,
+                        input,
+                        settings,
+                        tools,
+                        output_schema,
+                        handoffs,
+                        tracing,
+                        previous_response_id=previous_response_id,
+                        conversation_id=conversation_id,
+                        prompt=prompt,
+                    )
+                    async for event in _until_deadline(events, self._run):
+                        started = True
+                        usage = _usage(getattr(event, "response", None)) or usage
+                        yield event
+            except Exception as exc:
+                wait = self._failed(attempt, exc, retry=retry, policy=policy if not started else NO_RETRY)
+                if wait is None:
+                    raise
+                await asyncio.sleep(wait)
+                retry += 1
+                continue
+            self._run.end_model_attempt(attempt, usage=usage)
+            return
+
+    def _failed(self, attempt: ModelAttempt, error: Exception, *, retry: int, policy: RetryPolicy) -> float | None:
+        """Settle a failed attempt; return the wait before a retry, or ``None`` to let the error go on (the SDK's
+        own handling then decides). Past the deadline the run ends with ``stopped/deadline``."""
+        if isinstance(error, DeadlineExceeded):
+            self._run.end_model_attempt(attempt, failure=_failure(error))
+            raise Halt(self._run.deadline_verdict("a model request")) from error
+        failure = _failure(error)
+        self._run.end_model_attempt(attempt, failure=failure)
+        wait = self._run.model_retry(failure, retry=retry, policy=policy)
+        if isinstance(wait, Verdict):
+            if wait.reason is Reason.DEADLINE:
+                raise Halt(self._run.stop(wait)) from error
+            return None
+        return wait
 
     def _begin(self, settings: ModelSettings, *, offers_tools: bool) -> tuple[ModelAttempt, ModelSettings]:
         """Reserve the attempt (a refusal ends the run, never retried) and take the guard's ``tool_choice``."""
@@ -170,7 +223,7 @@ class GuardedModel(Model):
             raise Halt(attempt)
         if attempt.tool_choice != settings.tool_choice:
             settings = dataclasses.replace(settings, tool_choice=attempt.tool_choice)
-        return attempt, settings
+        return attempt, _with_timeout(self._inner, settings, attempt.timeout)
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """The inner model's advice, except for a guard refusal: that is an abort, which no retry policy overrides."""
@@ -187,6 +240,17 @@ class GuardedModel(Model):
 
     async def _cleanup_on_run_end(self, owner: object) -> None:
         await self._inner._cleanup_on_run_end(owner)
+
+
+async def _until_deadline(events: AsyncIterator[Any], run: GuardedRun) -> AsyncIterator[Any]:
+    """The events of a streamed response, each awaited no longer than the time left before the deadline."""
+    iterator = aiter(events)
+    while True:
+        try:
+            event = await within_deadline(anext(iterator), run.remaining())
+        except StopAsyncIteration:
+            return
+        yield event
 
 
 class GuardedModelProvider(ModelProvider):

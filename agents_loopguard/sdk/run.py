@@ -365,7 +365,8 @@ async def _conclude(
             # the default stores the pause, resumable in any process (resume_guarded)
             paused = await maybe_await((on_pause or persist_pause)(result, run.guard))
             pause_id = paused if isinstance(paused, str) else None
-    return run.end(verdict, result=sdk_result, pause_id=pause_id)
+    final_output = getattr(result, "final_output", None) if result is not None else None
+    return run.end(verdict, result=sdk_result, pause_id=pause_id, final_output=final_output)
 
 
 # --- entry points ------------------------------------------------------------------------------------------
