@@ -172,6 +172,8 @@ class ToolSpec:
     """False for a tool the run guards as a read because nobody declared it."""
     retry: RetryPolicy = NO_RETRY
     """Retries of a transient failure verified to have had no effect (none by default)."""
+    max_executions: int | None = None
+    """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
 
 
 def declare_tool(
@@ -181,6 +183,7 @@ def declare_tool(
     operation_id: Callable[[dict[str, Any]], Any] | None = None,
     verify: Verify | None = None,
     retry: RetryPolicy = NO_RETRY,
+    max_executions: int | None = None,
 ) -> ToolSpec:
     """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
 
@@ -204,7 +207,11 @@ def declare_tool(
             )
     elif operation_id is not None:
         raise ValueError(f"tool {name!r}: operation_id only applies to kind='write'")
-    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, retry=retry)
+    if max_executions is not None and (
+        isinstance(max_executions, bool) or not isinstance(max_executions, int) or max_executions < 0
+    ):
+        raise ValueError(f"tool {name!r}: max_executions must be an int >= 0 or None, got {max_executions!r}")
+    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, retry=retry, max_executions=max_executions)
 
 
 def parse_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | str:
