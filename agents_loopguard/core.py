@@ -28,8 +28,17 @@ from typing import Any, Literal
 
 from .approvals import pause_digest
 from .budget import Budget, Policy
-from .canonical import CanonicalError, fingerprint, redact
-from .evidence import UNVERIFIED, Effect, Evidence, ResultStatus, VerifyFailed, parse_evidence, result_status
+from .canonical import CanonicalError, canonical_json, fingerprint, redact
+from .evidence import (
+    UNVERIFIED,
+    Effect,
+    Evidence,
+    ResultStatus,
+    VerifyFailed,
+    describe,
+    parse_evidence,
+    result_status,
+)
 from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
 from .store.base import OperationState, Progress, Store, TraceEntry
 from .store.memory import MemoryStore
@@ -571,6 +580,13 @@ class Guard:
         if status is None:
             self._trace_only(ticket, "invalid_result")
             return Verdict(lost, Reason.INVALID_RESULT, "the executor returned no valid status", op_id)
+        if write and not ticket.replay and not _is_json(result):  # stored exactly, or not at all
+            self._trace_only(ticket, "invalid_result", state=str(OperationState.UNKNOWN))
+            detail = (
+                f"the write's result ({describe(result)}) is not JSON data (NaN, infinity, a cycle or another "
+                "type): it cannot be stored as the tool returned it, so the write stays unknown"
+            )
+            return Verdict(lost, Reason.INVALID_RESULT, detail, op_id)
         if verify is not None:
             try:
                 evidence = verify(ticket.proposal, result)
@@ -740,6 +756,15 @@ class Guard:
     def finish(self, status: Status, reason: Reason, detail: str = "", **kwargs: Any) -> Outcome:
         """Shortcut for ``end(Verdict(status, reason, detail), ...)``."""
         return self.end(Verdict(status, reason, detail), **kwargs)
+
+
+def _is_json(value: Any) -> bool:
+    """True when ``value`` is JSON data that the ledger stores exactly (RFC 8785 canonical form)."""
+    try:
+        canonical_json(value)
+    except CanonicalError:
+        return False
+    return True
 
 
 def _page_cycle(proof: Evidence, progress: Progress) -> Verdict | None:
