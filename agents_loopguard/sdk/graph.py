@@ -31,44 +31,70 @@ from .tools import guard_undeclared
 
 __all__ = ["guard_agent", "guard_config", "install_nested_guard"]
 
-_RUN_OF = "_loopguard_run"
-_COPIES: weakref.WeakKeyDictionary[GuardedRun, dict[int, Agent[Any]]] = weakref.WeakKeyDictionary()
-"""run -> id(application agent) -> its guarded copy (one copy per agent and run, nested runs included)."""
+_COPY = "_loopguard_copy"
+_COPIES: dict[int, tuple[weakref.ref[Agent[Any]], tuple[int, ...], Agent[Any]]] = {}
+"""id(application agent) -> (the agent, weakly; the identity of its fields; its guarded copy). Agents are not
+hashable, so the entry is dropped by the weak reference's callback when the agent goes. A copy holds no run: its
+models find the active run when called, its tools through the contextvar, so every run of an unchanged graph
+shares it."""
 
 
-def _guard_model(model: Any, run: GuardedRun) -> Any:
-    return GuardedModel(model, run) if isinstance(model, Model) and not isinstance(model, GuardedModel) else model
+def _guard_model(model: Any) -> Any:
+    return GuardedModel(model) if isinstance(model, Model) and not isinstance(model, GuardedModel) else model
 
 
-def guard_agent(agent: Agent[Any], run: GuardedRun) -> Agent[Any]:
-    """The guarded copy of ``agent`` for ``run``, and of every agent it can hand off to (lazily for ``Handoff``)."""
-    if getattr(agent, _RUN_OF, None) is run:
+def _shape(agent: Agent[Any]) -> tuple[int, ...]:
+    """The identity of what a copy is made of: every field's object, and the tools and handoffs listed (a list
+    changed in place changes it too)."""
+    return (
+        *(id(value) for value in vars(agent).values()),
+        *(id(tool) for tool in agent.tools),
+        *(id(handoff) for handoff in agent.handoffs),
+    )
+
+
+def guard_agent(agent: Agent[Any]) -> Agent[Any]:
+    """The guarded copy of ``agent`` and of every agent it can hand off to (lazily for ``Handoff`` objects), made
+    once per unchanged agent: models wrapped, plain function tools guarded as reads. The application's agent is
+    untouched.
+
+    >>> from agents import Agent
+    >>> agent = Agent(name="a")
+    >>> guard_agent(agent) is guard_agent(agent), guard_agent(agent) is agent
+    (True, False)
+    """
+    if getattr(agent, _COPY, False):
         return agent
-    return _copy(agent, run, _COPIES.setdefault(run, {}))
-
-
-def _copy(agent: Agent[Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Agent[Any]:
-    seen = memo.get(id(agent))
-    if seen is not None:
-        return seen
-    clone = agent.clone(model=_guard_model(agent.model, run), model_settings=agent.model_settings)
-    setattr(clone, _RUN_OF, run)
-    memo[id(agent)] = clone
+    shape = _shape(agent)
+    key = id(agent)
+    cached = _COPIES.get(key)
+    if cached is not None and cached[0]() is agent and cached[1] == shape:
+        return cached[2]
+    clone = agent.clone(model=_guard_model(agent.model), model_settings=agent.model_settings)
+    setattr(clone, _COPY, True)
+    owner = weakref.ref(agent, lambda _gone, key=key: _forget(key))  # type: ignore[misc]
+    _COPIES[key] = (owner, shape, clone)  # before the handoffs: a graph with cycles reaches this copy again
     clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
-    clone.handoffs = [_guard_handoff(h, run, memo) for h in agent.handoffs]
+    clone.handoffs = [_guard_handoff(h) for h in agent.handoffs]
     return clone
 
 
-def _guard_handoff(target: Agent[Any] | Handoff[Any, Any], run: GuardedRun, memo: dict[int, Agent[Any]]) -> Any:
+def _forget(key: int) -> None:
+    entry = _COPIES.get(key)
+    if entry is not None and entry[0]() is None:
+        del _COPIES[key]
+
+
+def _guard_handoff(target: Agent[Any] | Handoff[Any, Any]) -> Any:
     if isinstance(target, Agent):
-        return _copy(target, run, memo)
+        return guard_agent(target)
     if not isinstance(target, Handoff):
         return target
     invoke = target.on_invoke_handoff
 
     async def on_invoke_handoff(ctx: Any, input_json: str) -> Any:
         agent = await invoke(ctx, input_json)
-        return _copy(agent, run, memo) if isinstance(agent, Agent) else agent
+        return guard_agent(agent) if isinstance(agent, Agent) else agent
 
     return dataclasses.replace(target, on_invoke_handoff=on_invoke_handoff)
 
@@ -80,7 +106,7 @@ def guard_config(run_config: RunConfig | dict[str, Any] | None, run: GuardedRun)
     if isinstance(provider, GuardedModelProvider) and provider.run is run:
         return config
     return dataclasses.replace(
-        config, model=_guard_model(config.model, run), model_provider=GuardedModelProvider(provider, run)
+        config, model=_guard_model(config.model), model_provider=GuardedModelProvider(provider, run)
     )
 
 
@@ -89,7 +115,7 @@ def _nested(run: GuardedRun, agent: Agent[Any], kwargs: dict[str, Any]) -> tuple
     if not (isinstance(hooks, GuardHooks) and hooks.run is run):
         kwargs["hooks"] = GuardHooks(run, hooks)
     kwargs["run_config"] = guard_config(kwargs.get("run_config"), run)
-    return guard_agent(agent, run), kwargs
+    return guard_agent(agent), kwargs
 
 
 class _NestedRunGuard(AgentRunner):
@@ -100,13 +126,13 @@ class _NestedRunGuard(AgentRunner):
 
     async def run(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
         run = ACTIVE_RUN.get()
-        if run is not None and getattr(starting_agent, _RUN_OF, None) is not run:
+        if run is not None:  # idempotent for the guarded run's own call
             starting_agent, kwargs = _nested(run, starting_agent, kwargs)
         return await self._inner.run(starting_agent, input, **kwargs)
 
     def run_streamed(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResultStreaming:
         run = ACTIVE_RUN.get()
-        if run is not None and getattr(starting_agent, _RUN_OF, None) is not run:
+        if run is not None:
             starting_agent, kwargs = _nested(run, starting_agent, kwargs)
         return self._inner.run_streamed(starting_agent, input, **kwargs)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 from agents.agent_output import AgentOutputSchemaBase
+from agents.exceptions import UserError
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
@@ -37,7 +38,7 @@ from ..model_errors import ModelFailure, classify_model_error
 from ..outcome import Reason
 from ..retry import NO_RETRY, RetryPolicy
 from ..run import DeadlineExceeded, GuardedRun, ModelAttempt, within_deadline
-from ._internal import Halt
+from ._internal import ACTIVE_RUN, Halt
 
 if TYPE_CHECKING:
     from openai.types.responses.response_prompt_param import ResponsePromptParam
@@ -93,9 +94,20 @@ class GuardedModel(Model):
     The entry points wrap every model the run can reach; build one yourself only to drive ``Runner.run`` by hand.
     """
 
-    def __init__(self, inner: Model, run: GuardedRun) -> None:
+    def __init__(self, inner: Model, run: GuardedRun | None = None) -> None:
         self._inner = inner
-        self._run = run
+        self._bound = run
+
+    @property
+    def _run(self) -> GuardedRun:
+        """The run this attempt belongs to: the bound one, else the active guarded run (the agent copies that carry
+        this model are shared by every run of an unchanged agent graph)."""
+        run = self._bound or ACTIVE_RUN.get()
+        if run is None:
+            raise UserError(
+                "a guarded model was called outside a guarded run: run the agent with agents_loopguard.sdk.run_guarded"
+            )
+        return run
 
     @property
     def inner(self) -> Model:
@@ -104,7 +116,7 @@ class GuardedModel(Model):
 
     def __getattr__(self, name: str) -> Any:
         # The SDK probes optional private capabilities (e.g. _supports_default_prompt_cache_key) with getattr.
-        if name in ("_inner", "_run"):
+        if name in ("_inner", "_bound"):
             raise AttributeError(name)
         return getattr(self._inner, name)
 

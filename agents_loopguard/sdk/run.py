@@ -229,7 +229,7 @@ def _prepare(
     owned = run_config is None or (isinstance(run_config, dict) and "model_provider" not in run_config)
     config = guard_config(run_config, run)
     prepared = _Prepared(
-        agent=guard_agent(agent, run),
+        agent=guard_agent(agent),
         run_config=config,
         hooks=GuardHooks(run, hooks),
         error_handlers=error_handlers,
