@@ -48,27 +48,58 @@ __all__ = ["SQLStore"]
 class SQLStore(Store):
     """A :class:`~agents_loopguard.store.base.Store` in a SQLite file or a PostgreSQL database, shared by workers.
 
-    ``url`` is a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``); without one,
-    ``$LOOPGUARD_DATABASE_URL``, else ``sqlite:///.loopguard/loopguard.db`` under the working directory (created if
-    missing; ``?synchronous=NORMAL`` trades the durability of the last commits on a power loss for speed). The
-    tables are created on first use; a database written with another schema version is refused.
-    Create one store per process (it keeps a connection per thread that uses it) and :meth:`close` it when done.
-    Lists are oldest first: tasks and operations by creation time (ties by id), the others in insertion order.
+    ``url`` is a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``, which needs the
+    ``[postgres]`` extra); without one, ``$LOOPGUARD_DATABASE_URL``, else ``sqlite:///.loopguard/loopguard.db``
+    under the working directory (``?synchronous=NORMAL`` trades the durability of the last commits on a power loss
+    for speed). Create one store per process (it keeps a connection per thread that uses it) and :meth:`close` it
+    when done. Lists are oldest first: tasks and operations by creation time (ties by id), the others in insertion
+    order.
+
+    What the store does with the database it is given, before its first step:
+
+    * ``create=True`` (the default, for the workers that write): a missing SQLite file (and its folder) is created,
+      and an *empty* database (PostgreSQL: the first schema of the ``search_path``) gets the tables;
+    * ``create=False`` (commands that act on an existing store): nothing is created; a missing SQLite file is
+      :class:`~agents_loopguard.errors.NotFoundError` ``no loopguard store at PATH``, and so is an empty database;
+    * ``readonly=True`` (commands and APIs that only read; implies ``create=False``): nothing is ever written; the
+      SQLite file is opened read-only (``?mode=ro``, so a read-only file or folder can be inspected), PostgreSQL
+      sessions are read-only, and a step that would write is refused with a ``StoreError``;
+    * always: a database that holds other tables but no ``loopguard_meta`` is refused, never stamped; a store of an
+      older schema version is refused with a message naming ``loopguard migrate``, a newer one with a message to
+      upgrade agents_loopguard.
+
+    Every fault of the database or its disk (a path that cannot hold a file, missing permissions, a full disk, a
+    connection lost mid-step, a server that cannot be reached) is a :class:`~agents_loopguard.errors.StoreError`
+    of one line that names the store (the password hidden); the step that failed kept nothing.
 
     >>> import tempfile
     >>> from agents_loopguard import Budget
-    >>> store = SQLStore(f"sqlite:///{tempfile.mkdtemp()}/lg.db")
+    >>> folder = tempfile.mkdtemp()
+    >>> store = SQLStore(f"sqlite:///{folder}/lg.db")
     >>> _ = store.ensure_task("t1", Budget(model_turns=1, tool_executions=1))
     >>> store.reserve_turn("t1").granted, store.reserve_turn("t1").reason
     (True, <Reason.MODEL_BUDGET: 'model_budget'>)
     >>> store.close()
+    >>> with SQLStore(f"sqlite:///{folder}/lg.db", readonly=True) as reader:
+    ...     reader.task("t1").used.models
+    1
+    >>> SQLStore(f"sqlite:///{folder}/typo.db", create=False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    agents_loopguard.errors.NotFoundError: no loopguard store at .../typo.db
     """
 
-    def __init__(self, url: str | URL | None = None, *, echo: bool = False) -> None:
-        self._db = Database(url, echo=echo)
+    def __init__(
+        self, url: str | URL | None = None, *, create: bool = True, readonly: bool = False, echo: bool = False
+    ) -> None:
+        self._db = Database(url, echo=echo, create=create, readonly=readonly)
         postgres = self._db.postgres
         self._st = Statements(self._db.engine.dialect, pg.insert if postgres else lite.insert)
         self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
+
+    @property
+    def readonly(self) -> bool:
+        """True when the store never writes (opened with ``readonly=True``)."""
+        return self._db.readonly
 
     @property
     def url(self) -> URL:

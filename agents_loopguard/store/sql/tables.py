@@ -1,26 +1,19 @@
-"""The store's tables (SQLModel), their schema version and creation, and the conversions of rows to records.
+"""The store's tables (SQLModel) and the conversions of rows to records.
 
-The tables have their own metadata, so an application's ``SQLModel.metadata`` leaves them alone. A database that
-carries another :data:`SCHEMA_VERSION` is refused with a message that says what to do.
+The tables have their own metadata, so an application's ``SQLModel.metadata`` leaves them alone. Their version,
+and what the store does with a database of another one, is :mod:`.schema`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable
 from typing import Any, cast
 
-import sqlalchemy as sa
-from sqlalchemy import BigInteger, Connection, Integer, Table, Text
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite as lite
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import BigInteger, Integer, Table, Text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from ...budget import Budget
-from ...errors import StoreError
 from ...outcome import Reason, Usage
 from ..base import (
     Activation,
@@ -35,7 +28,6 @@ from ..rules import TaskState
 
 __all__ = [
     "METADATA",
-    "SCHEMA_VERSION",
     "ActivationRow",
     "MetaRow",
     "OperationRow",
@@ -46,10 +38,6 @@ __all__ = [
     "TraceRow",
     "TransitionRow",
 ]
-
-SCHEMA_VERSION = 1
-"""The version of the tables below; a database that carries another one is refused with a message."""
-
 
 # --- tables -----------------------------------------------------------------------------------------------------
 
@@ -234,54 +222,6 @@ trans = _table(TransitionRow)
 # SQLite makes only an INTEGER PRIMARY KEY an auto-numbered rowid; PostgreSQL gets a serial.
 for _t in (acts, pauses, trans):
     _t.c.ordinal.type = BigInteger().with_variant(Integer(), "sqlite")
-
-
-# --- schema -------------------------------------------------------------------------------------------------------
-
-
-def schema_version(conn: Connection) -> str | None:
-    """The schema version the database carries, or None when it has no tables yet."""
-    try:
-        value = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
-    except DBAPIError:
-        return None  # no meta table yet
-    return None if value is None else str(value)
-
-
-def create_schema(conn: Connection, *, name: str, begin_exclusive: Callable[[Connection], None]) -> str:
-    """Create the tables and record :data:`SCHEMA_VERSION`; return the version the database carries after.
-
-    Several workers may do this at once: on PostgreSQL one creates under an advisory lock while the others wait,
-    then see the tables; on SQLite ``begin_exclusive`` takes the write lock (waiting for another process).
-    """
-    postgres = conn.dialect.name == "postgresql"
-    try:
-        if postgres:
-            conn.exec_driver_sql("BEGIN ISOLATION LEVEL READ COMMITTED")  # each statement sees the latest
-            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7295810394)")
-        else:
-            begin_exclusive(conn)
-        METADATA.create_all(conn, checkfirst=True)
-        insert = pg.insert if postgres else lite.insert
-        version = insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
-        conn.execute(version.on_conflict_do_nothing(index_elements=["key"]))
-        value = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one()
-        conn.exec_driver_sql("COMMIT")
-    except DBAPIError as exc:
-        with contextlib.suppress(DBAPIError):
-            conn.exec_driver_sql("ROLLBACK")
-        raise StoreError(f"{name}: cannot create the loopguard tables: {exc.orig}") from exc
-    return str(value)
-
-
-def check_schema_version(version: str, *, name: str, env_url: str) -> None:
-    """Refuse a database written with another schema version, saying what to do."""
-    if version != str(SCHEMA_VERSION):
-        raise StoreError(
-            f"{name} holds agents_loopguard schema version {version}, but this agents_loopguard uses "
-            f"version {SCHEMA_VERSION}. Point the store (or ${env_url}) at a new database, or, once no "
-            "task or operation in it is unfinished, drop its loopguard_* tables to let them be recreated"
-        )
 
 
 # --- values in and out --------------------------------------------------------------------------------------------
