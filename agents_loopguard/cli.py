@@ -457,6 +457,24 @@ def demo(
     run_demo(db=_state.url, model=model)
 
 
+@app.command("migrate")
+def migrate_cmd(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the SQL and change nothing.")] = False,
+) -> None:
+    """Bring the store's schema to this agents_loopguard's version (stop the store's workers first)."""
+    from .store.sql.migrate import migrate
+
+    done = migrate(_state.url, dry_run=dry_run)
+    if _state.json:
+        typer.echo(json.dumps(asdict(done)))
+    elif dry_run:
+        typer.echo(done.sql or f"-- {done.store} is at schema version {done.to_version}: nothing to migrate")
+    elif done.revisions:
+        typer.echo(f"migrated {done.store} from schema version {done.from_version} to {done.to_version}")
+    else:
+        typer.echo(f"{done.store} is at schema version {done.to_version}: nothing to migrate")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``loopguard`` console script."""
     try:  # usage errors and exits are typer's; what escapes a command is a store that cannot be used
