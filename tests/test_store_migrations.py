@@ -20,9 +20,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from agents_loopguard import Budget, OperationState, Reason, Usage
+from agents_loopguard.approvals import check_pause, decide
 from agents_loopguard.errors import NotFoundError
 from agents_loopguard.store import SQLStore, StoreError
-from agents_loopguard.store.sql import HEAD_REVISION, SCHEMA_VERSION
+from agents_loopguard.store.sql import HEAD_REVISION, METADATA, SCHEMA_VERSION
 from agents_loopguard.store.sql.migrate import migrate
 from agents_loopguard.store.sql.schema import VERSION_TABLE
 from tests.conftest import libpq_url
@@ -236,3 +238,98 @@ def test_the_fixture_is_a_store_of_the_oldest_version(old_store: str) -> None:
         ("pause-decided", "decided", '{"c1":"approve"}', "ana"),
         ("pause-pending", "pending", "{}", None),
     ]
+
+
+# --- a store of the first release, migrated ---------------------------------------------------------------------------
+
+
+def everything(url: str, columns: dict[str, list[str]] | None = None) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the first release, in ``columns`` (default: the ones the tables have now)."""
+    columns = columns or columns_of(url)
+    return {table: rows(url, table, names) for table, names in columns.items()}
+
+
+def columns_of(url: str) -> dict[str, list[str]]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            inspector = sa.inspect(conn)
+            return {t: [c["name"] for c in inspector.get_columns(t)] for t in V1_TABLES}
+    finally:
+        engine.dispose()
+
+
+def schema_drift(url: str) -> list[Any]:
+    """What differs between the database and the store's tables (Alembic's autogenerate comparison)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), METADATA)
+    finally:
+        engine.dispose()
+    return [d for d in diff if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)]
+
+
+def test_a_store_of_the_first_release_is_refused_until_migrated_and_nothing_is_changed(old_store: str) -> None:
+    before = everything(old_store)
+    with SQLStore(old_store) as store, pytest.raises(StoreError) as err:
+        store.tasks()
+    message = str(err.value)
+    assert f"schema version {OLDEST}" in message and "`loopguard migrate`" in message and "--dry-run" in message
+    shown = make_url(old_store).render_as_string(hide_password=True)
+    done = loopguard("--db", shown, "tasks")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "loopguard migrate" in done.stderr
+    assert everything(old_store) == before and tables_of(old_store) == V1_TABLES
+
+
+def test_migrate_dry_run_prints_the_sql_and_changes_nothing(old_store: str) -> None:
+    before = everything(old_store)
+    done = loopguard("--db", old_store, "migrate", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    sql = done.stdout
+    assert f"CREATE TABLE {VERSION_TABLE}" in sql and "INSERT INTO loopguard_alembic_version" in sql
+    assert "ALTER TABLE loopguard_tasks ADD COLUMN input_token_limit BIGINT" in sql
+    assert "CREATE TABLE loopguard_tool_runs" in sql
+    assert f"UPDATE loopguard_meta SET value = '{SCHEMA_VERSION}'" in sql
+    assert everything(old_store) == before and tables_of(old_store) == V1_TABLES
+
+
+def test_migrate_keeps_every_row_and_the_new_columns_work(old_store: str) -> None:
+    first_release = columns_of(old_store)
+    before = everything(old_store, first_release)
+    done = loopguard("--db", old_store, "migrate")
+    assert done.returncode == 0 and "from schema version 1 to" in done.stdout, done.stderr
+    after = everything(old_store, first_release)
+    assert after | {"loopguard_meta": before["loopguard_meta"]} == before  # every row, every value
+    assert rows(old_store, "loopguard_meta") == [("schema_version", str(SCHEMA_VERSION))]
+    assert rows(old_store, VERSION_TABLE) == [(HEAD_REVISION,)]
+    assert schema_drift(old_store) == []  # the same tables, columns and indexes as a store created today
+    assert (
+        rows(old_store, "loopguard_tasks", ["input_tokens", "output_tokens", "total_token_limit"])
+        == [(0, 0, None)] * 10
+    )
+    again = loopguard("--db", old_store, "migrate")
+    assert again.returncode == 0 and "nothing to migrate" in again.stdout
+    with SQLStore(old_store) as store:
+        old_budget = store.task("fx-completed")
+        assert old_budget is not None and old_budget.budget.model_turns == 2**53 + 1  # exact, not a double
+        assert old_budget.budget.deadline == 4_102_444_800.5 and old_budget.status == "completed"
+        assert store.lookup_operation("order-42-confirm").result["n"] == 2**53 + 1  # type: ignore[union-attr]
+        assert store.lookup_operation("inv-7-pay").state is OperationState.UNKNOWN  # type: ignore[union-attr]
+        assert [t.kind for t in store.transitions()] == ["reconcile", "reconcile", "recover", "resume"]
+        assert store.task("fx-stopped").used.cost == 0.5  # type: ignore[union-attr]
+        # the new columns work, on old tasks and new ones
+        assert store.reserve_tokens("fx-pages", 10, 5).used == Usage(input_tokens=10, output_tokens=5)
+        store.ensure_task("new", Budget(model_turns=5, tool_executions=5, total_tokens=100))
+        assert store.reserve_tokens("new", 60, 30).granted and not store.reserve_tokens("new", 10, 1).granted
+        assert store.reserve_execution("new", "a", max_repeats=2, tool_limit=("mail", 1)).granted
+        assert store.reserve_execution("new", "b", max_repeats=2, tool_limit=("mail", 1)).reason is Reason.TOOL_LIMIT
+        # the old pauses resume as before
+        pending = store.pause("pause-pending")
+        assert pending is not None and check_pause(pending) == pending
+        decide(store, "pause-pending", who="ana", approve_all=True)
+        claimed, transition = store.claim_pause("pause-decided", who="worker")
+        assert claimed.decisions == {"c1": "approve"} and transition.from_outcome["reason"] == "approval"  # type: ignore[index]

@@ -17,7 +17,7 @@ depends_on = None
 
 def upgrade() -> None:
     ${upgrades if upgrades else "pass"}
-    op.execute(sa.text("UPDATE loopguard_meta SET value = :v WHERE key = 'schema_version'").bindparams(v=str(int(revision))))
+    op.execute("UPDATE loopguard_meta SET value = '<N>' WHERE key = 'schema_version'")  # N: this revision's number
 
 
 def downgrade() -> None:

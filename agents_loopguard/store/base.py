@@ -237,7 +237,8 @@ class TransitionRecord:
     """The recovery record the task had before this transition."""
     decisions: dict[str, str] = field(default_factory=dict)
     budget_delta: dict[str, Any] = field(default_factory=dict)
-    """Explicit extension of the limits: model_turns, tool_executions, cost (added), deadline (replaced)."""
+    """Explicit extension of the limits: model_turns, tool_executions, cost and the token limits (added), deadline
+    (replaced)."""
 
     @classmethod
     def new(
@@ -303,12 +304,15 @@ class Store(abc.ABC):
         now: float = 0.0,
         max_wait: float | None = None,
         poll: bool = False,
+        tool_limit: tuple[str, int] | None = None,
     ) -> Grant:
         """Reserve one tool execution of ``fingerprint`` at the task's current revision.
 
         Refused, in this order: stop_requested (stop mark or finished task); same_call (or wait_budget for a poll)
         when the fingerprint already ran ``max_repeats`` times at this revision, or a poll has waited ``max_wait``;
-        tool_budget when the execution limit is reached. A grant counts the execution and the repetition together.
+        tool_limit when ``tool_limit`` = (tool name, max executions of that tool in the task) is reached;
+        tool_budget when the execution limit is reached. A grant counts the execution, the repetition and the
+        tool's own count together (the tool is counted only when ``tool_limit`` is given).
         """
 
     @abc.abstractmethod
@@ -318,6 +322,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         """Replace a reservation of ``reserved`` by the ``actual`` cost."""
+
+    @abc.abstractmethod
+    def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
+        """Reserve tokens against the task's token limits (input, output, total) before a model request; refused
+        (stop_requested, token_budget) if any limit would be exceeded, and then nothing is reserved."""
+
+    @abc.abstractmethod
+    def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
+        """Replace a reservation of ``reserved`` (input, output) tokens by the ``actual`` usage the model reported
+        (counters never go below zero)."""
 
     # --- the operation ledger ---------------------------------------------------------------------------
 
@@ -344,6 +358,7 @@ class Store(abc.ABC):
         *,
         max_repeats: int,
         now: float = 0.0,
+        tool_limit: tuple[str, int] | None = None,
     ) -> WriteReservation:
         """Reserve a write's execution and its operation in one step, before the write runs.
 
@@ -357,7 +372,7 @@ class Store(abc.ABC):
         existing = self.lookup_operation(operation_id)
         if existing is not None and operation_blocks(existing.state, existing.payload, fingerprint):
             return WriteReservation(None, OperationClaim(False, existing))
-        grant = self.reserve_execution(task_id, fingerprint, max_repeats=max_repeats, now=now)
+        grant = self.reserve_execution(task_id, fingerprint, max_repeats=max_repeats, now=now, tool_limit=tool_limit)
         if not grant.granted:
             return WriteReservation(grant, None)
         return WriteReservation(grant, self.reserve_operation(task_id, operation_id, fingerprint, tool, now=now))

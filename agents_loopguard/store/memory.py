@@ -32,8 +32,10 @@ from .rules import (
     check_decide,
     check_reconcile,
     check_recover,
+    check_tokens,
     cost_refusal,
     execution_refusal,
+    token_refusal,
     turn_refusal,
     unknown_task,
 )
@@ -57,6 +59,8 @@ class _Task:
     models: int = 0
     tools: int = 0
     cost: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
     stalled: int = 0
     status: str = "running"
     stop_reason: str | None = None
@@ -65,10 +69,12 @@ class _Task:
     repeats: dict[str, tuple[int, float]] = field(default_factory=dict)
     """fingerprint -> (executions, first_at) at the current revision only (older revisions are never read again)."""
     seen: set[str] = field(default_factory=set)
+    tool_runs: dict[str, int] = field(default_factory=dict)
+    """tool -> executions in the task (counted for the reservations that name a ``tool_limit``)."""
 
     @property
     def used(self) -> Usage:
-        return Usage(self.models, self.tools, self.cost)
+        return Usage(self.models, self.tools, self.cost, self.input_tokens, self.output_tokens)
 
     def snapshot(self) -> TaskSnapshot:
         return TaskSnapshot(
@@ -190,16 +196,28 @@ class MemoryStore(Store):
         now: float = 0.0,
         max_wait: float | None = None,
         poll: bool = False,
+        tool_limit: tuple[str, int] | None = None,
     ) -> Grant:
         with self._lock:
             task = self._task(task_id)
             count, first_at = task.repeats.get(fingerprint, (0, now))
+            runs = task.tool_runs.get(tool_limit[0], 0) if tool_limit is not None else 0
             refusal = execution_refusal(
-                task, count, first_at, max_repeats=max_repeats, now=now, poll=poll, max_wait=max_wait
+                task,
+                count,
+                first_at,
+                max_repeats=max_repeats,
+                now=now,
+                poll=poll,
+                max_wait=max_wait,
+                tool_limit=tool_limit,
+                tool_runs=runs,
             )
             if refusal is not None:
                 return refusal
             task.repeats[fingerprint] = (count + 1, first_at)
+            if tool_limit is not None:
+                task.tool_runs[tool_limit[0]] = runs + 1
             task.tools += 1
             task.updated_at = now
             return Grant(True, None, task.used, task.revision)
@@ -217,6 +235,26 @@ class MemoryStore(Store):
         with self._lock:
             task = self._task(task_id)
             task.cost = max(0.0, task.cost - reserved + actual)
+            return task.used
+
+    def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
+        check_tokens(input_tokens, output_tokens)
+        with self._lock:
+            task = self._task(task_id)
+            refusal = token_refusal(task, input_tokens, output_tokens)
+            if refusal is not None:
+                return refusal
+            task.input_tokens += input_tokens
+            task.output_tokens += output_tokens
+            return Grant(True, None, task.used, task.revision)
+
+    def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
+        check_tokens(*reserved)
+        check_tokens(*actual)
+        with self._lock:
+            task = self._task(task_id)
+            task.input_tokens = max(0, task.input_tokens - reserved[0] + actual[0])
+            task.output_tokens = max(0, task.output_tokens - reserved[1] + actual[1])
             return task.used
 
     # the operation ledger
@@ -253,9 +291,12 @@ class MemoryStore(Store):
         *,
         max_repeats: int,
         now: float = 0.0,
+        tool_limit: tuple[str, int] | None = None,
     ) -> WriteReservation:
         with self._lock:  # the base class's three steps under one lock: atomic for this process's threads
-            return super().reserve_write(task_id, operation_id, fingerprint, tool, max_repeats=max_repeats, now=now)
+            return super().reserve_write(
+                task_id, operation_id, fingerprint, tool, max_repeats=max_repeats, now=now, tool_limit=tool_limit
+            )
 
     def operations(self, task_id: str | None = None) -> list[OperationRecord]:
         with self._lock:

@@ -26,12 +26,14 @@ from ..base import (
     TransitionRecord,
     WriteReservation,
 )
+from ..rules import check_tokens
 from .connection import Database
 from .postgres import PostgresSteps
 from .sqlite import SQLiteSteps
 from .statements import Statements, fetch_all, fetch_one
 from .tables import (
     activation,
+    budget_params,
     dumps,
     encode,
     operation,
@@ -43,6 +45,12 @@ from .tables import (
 )
 
 __all__ = ["SQLStore"]
+
+
+def _tool_limit(limit: tuple[str, int] | None) -> dict[str, Any]:
+    """The bind values of a per-tool limit (``tool_max`` None: the reservation names none)."""
+    name, allowed = limit if limit is not None else (None, None)
+    return {"limit_tool": name, "tool_max": allowed}
 
 
 class SQLStore(Store):
@@ -141,15 +149,7 @@ class SQLStore(Store):
     # --- tasks and counters -------------------------------------------------------------------------------------------
 
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
-        params = {
-            "task_id": task_id,
-            "model_turns": budget.model_turns,
-            "tool_executions": budget.tool_executions,
-            "deadline": budget.deadline,
-            "cost_limit": budget.cost,
-            "revision": revision,
-            "now": now,
-        }
+        params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now}
         return self._db.step(lambda cur: self._steps.ensure_task(cur, params))
 
     def task(self, task_id: str) -> TaskSnapshot | None:
@@ -172,6 +172,7 @@ class SQLStore(Store):
         now: float = 0.0,
         max_wait: float | None = None,
         poll: bool = False,
+        tool_limit: tuple[str, int] | None = None,
     ) -> Grant:
         params = {
             "task_id": task_id,
@@ -179,6 +180,7 @@ class SQLStore(Store):
             "max_repeats": max_repeats,
             "now": now,
             "max_wait": max_wait if poll else None,
+            **_tool_limit(tool_limit),
         }
         return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll))
 
@@ -191,6 +193,7 @@ class SQLStore(Store):
         *,
         max_repeats: int,
         now: float = 0.0,
+        tool_limit: tuple[str, int] | None = None,
     ) -> WriteReservation:
         params = {
             "task_id": task_id,
@@ -200,6 +203,7 @@ class SQLStore(Store):
             "tool": tool,
             "max_repeats": max_repeats,
             "now": now,
+            **_tool_limit(tool_limit),
         }
         return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True)
 
@@ -210,6 +214,22 @@ class SQLStore(Store):
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         params = {"task_id": task_id, "reserved": reserved, "actual": actual}
         return self._db.step(lambda cur: self._steps.settle_cost(cur, params))
+
+    def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
+        check_tokens(input_tokens, output_tokens)
+        params = {"task_id": task_id, "in": input_tokens, "out": output_tokens}
+        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params))
+
+    def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
+        (reserved_in, reserved_out), (actual_in, actual_out) = check_tokens(*reserved), check_tokens(*actual)
+        params = {
+            "task_id": task_id,
+            "reserved_in": reserved_in,
+            "reserved_out": reserved_out,
+            "actual_in": actual_in,
+            "actual_out": actual_out,
+        }
+        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params))
 
     # --- the operation ledger -----------------------------------------------------------------------------------------
 

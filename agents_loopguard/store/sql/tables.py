@@ -35,6 +35,7 @@ __all__ = [
     "RepetitionRow",
     "SeenRow",
     "TaskRow",
+    "ToolRunRow",
     "TraceRow",
     "TransitionRow",
 ]
@@ -80,6 +81,11 @@ class TaskRow(_Table, table=True):
     models: int = _big(default=0)
     tools: int = _big(default=0)
     cost: float = 0.0
+    input_token_limit: int | None = _big(default=None)
+    output_token_limit: int | None = _big(default=None)
+    total_token_limit: int | None = _big(default=None)
+    input_tokens: int = _big(default=0)
+    output_tokens: int = _big(default=0)
     revision: int = _big(default=0)
     stalled: int = _big(default=0)
     status: str = "running"
@@ -139,6 +145,16 @@ class RepetitionRow(_Table, table=True):
     first_at: float = 0.0
 
 
+class ToolRunRow(_Table, table=True):
+    """How many times a tool executed in a task (counted for the reservations that name a per-tool limit)."""
+
+    __tablename__ = "loopguard_tool_runs"
+    __table_args__ = _COMPACT
+    task_id: str = Field(primary_key=True)
+    tool: str = Field(primary_key=True)
+    count: int = _big(default=0)
+
+
 class SeenRow(_Table, table=True):
     """A cursor or record id a task has seen (pagination cycles)."""
 
@@ -181,6 +197,11 @@ class PauseRow(_Table, table=True):
     models: int = _big(default=0)
     tools: int = _big(default=0)
     cost: float = 0.0
+    input_token_limit: int | None = _big(default=None)
+    output_token_limit: int | None = _big(default=None)
+    total_token_limit: int | None = _big(default=None)
+    input_tokens: int = _big(default=0)
+    output_tokens: int = _big(default=0)
     created_at: float = 0.0
     resumed_at: float | None = None
     resumed_by: str | None = None
@@ -216,6 +237,7 @@ ops = _table(OperationRow)
 trace = _table(TraceRow)
 reps = _table(RepetitionRow)
 seen = _table(SeenRow)
+tool_runs = _table(ToolRunRow)
 acts = _table(ActivationRow)
 pauses = _table(PauseRow)
 trans = _table(TransitionRow)
@@ -238,24 +260,59 @@ def loads(text: str | None) -> Any:
 
 
 def usage(row: Any, prefix: str = "") -> Usage:
-    return Usage(int(row[prefix + "models"]), int(row[prefix + "tools"]), float(row[prefix + "cost"]))
+    return Usage(
+        int(row[prefix + "models"]),
+        int(row[prefix + "tools"]),
+        float(row[prefix + "cost"]),
+        int(row[prefix + "input_tokens"]),
+        int(row[prefix + "output_tokens"]),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def budget(row: Any) -> Budget:
-    return Budget(int(row["model_turns"]), int(row["tool_executions"]), row["deadline"], row["cost_limit"])
+    return Budget(
+        int(row["model_turns"]),
+        int(row["tool_executions"]),
+        row["deadline"],
+        row["cost_limit"],
+        _count(row["input_token_limit"]),
+        _count(row["output_token_limit"]),
+        _count(row["total_token_limit"]),
+    )
 
 
 def task_state(row: Any) -> TaskState:
     """What the refusal rules read of a task row. A statement's row may carry only the limits its reservation
     checks (model turns, tool executions): the others are then read as absent, and no rule of that step reads them."""
-    keys = row.keys()
+    keys = set(row.keys())
     limits = Budget(
         int(row["model_turns"]),
         int(row["tool_executions"]),
-        row["deadline"] if "deadline" in keys else None,
-        row["cost_limit"] if "cost_limit" in keys else None,
+        *(row[name] if name in keys else None for name in ("deadline", "cost_limit")),
+        *(_count(row[name]) if name in keys else None for name in TOKEN_LIMIT_COLUMNS),
     )
     return TaskState(limits, usage(row), int(row["revision"]), row["status"], row["stop_reason"])
+
+
+TOKEN_LIMIT_COLUMNS = ("input_token_limit", "output_token_limit", "total_token_limit")
+"""The columns of a :class:`~agents_loopguard.budget.Budget`'s token limits (input, output, total), in its order."""
+
+
+def budget_params(limits: Budget) -> dict[str, Any]:
+    """The bind values of a budget's limits, named as the task and pause columns."""
+    return {
+        "model_turns": limits.model_turns,
+        "tool_executions": limits.tool_executions,
+        "deadline": limits.deadline,
+        "cost_limit": limits.cost,
+        "input_token_limit": limits.input_tokens,
+        "output_token_limit": limits.output_tokens,
+        "total_token_limit": limits.total_tokens,
+    }
 
 
 def snapshot(row: Any) -> TaskSnapshot:
