@@ -34,6 +34,7 @@ __all__ = [
     "PauseAlreadyResumed",
     "PauseRecord",
     "Progress",
+    "Settlement",
     "StateError",
     "Store",
     "StoreError",
@@ -115,6 +116,18 @@ class WriteReservation:
     """None when the ledger answered before any counter was touched (the operation exists and may not run again)."""
     claim: OperationClaim | None
     """The ledger's answer; None when the execution was refused (then nothing was reserved or claimed)."""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The answer to :meth:`Store.settle_operation`: an operator's answer about an operation, recorded."""
+
+    operation: OperationRecord
+    """The operation after the answer."""
+    transition: TransitionRecord
+    """The transition that records the answer (who, why, the operation, the task's outcome before)."""
+    reopened: bool
+    """True when the answer reopened the task (it needed reconciliation and nothing of it is unknown any more)."""
 
 
 @dataclass(frozen=True)
@@ -223,12 +236,14 @@ class PauseRecord:
 
 @dataclass(frozen=True)
 class TransitionRecord:
-    """An explicit, recorded step that reopens a finished task (a resume, a recovery, a reconciliation)."""
+    """An explicit, recorded operator step on a task: a resume, a recovery, or an answer about an operation (which
+    reopens the task when it needed reconciliation and nothing of it is unknown any more)."""
 
     transition_id: str
     task_id: str
     kind: str
-    """``resume`` (of a pause), ``recover`` (from stopped/partial), ``reconcile`` (an operation's answer)."""
+    """``resume`` (of a pause), ``recover`` (from stopped/partial/needs_reconciliation), ``reconcile`` (an unknown
+    operation answered), ``confirm`` (a known operation's state confirmed), ``correct`` (the ledger corrected)."""
     who: str
     why: str = ""
     at: float = 0.0
@@ -239,6 +254,8 @@ class TransitionRecord:
     budget_delta: dict[str, Any] = field(default_factory=dict)
     """Explicit extension of the limits: model_turns, tool_executions, cost and the token limits (added), deadline
     (replaced)."""
+    operation_id: str | None = None
+    """The operation an answer (reconcile, confirm, correct) was about."""
 
     @classmethod
     def new(
@@ -253,6 +270,7 @@ class TransitionRecord:
         from_outcome: dict[str, Any] | None = None,
         decisions: dict[str, str] | None = None,
         budget_delta: dict[str, Any] | None = None,
+        operation_id: str | None = None,
     ) -> TransitionRecord:
         """A transition with a new id (``tr-`` and 12 hex digits).
 
@@ -270,6 +288,7 @@ class TransitionRecord:
             from_outcome,
             dict(decisions or {}),
             dict(budget_delta or {}),
+            operation_id,
         )
 
 
@@ -388,6 +407,30 @@ class Store(abc.ABC):
         """Record what the receiving system says about an ``unknown`` operation (committed/not_committed).
 
         Raises :class:`StoreError` if the operation does not exist or is not ``unknown``.
+        """
+
+    @abc.abstractmethod
+    def settle_operation(
+        self,
+        operation_id: str,
+        state: OperationState,
+        result: Any = None,
+        *,
+        expected: OperationState,
+        who: str,
+        why: str,
+        kind: str,
+        now: float = 0.0,
+    ) -> Settlement:
+        """Record an operator's answer about an operation, in one step.
+
+        The operation moves from ``expected`` to ``state`` with ``result`` (``state == expected`` changes nothing:
+        a confirmation); a ``kind`` transition (``reconcile``, ``confirm``, ``correct``) records it with who, why and
+        the operation id; and the operation's task is reopened (status running, stop mark kept, counters untouched)
+        when it finished as ``needs_reconciliation`` and none of its operations is unknown any more.
+
+        Raises :class:`NotFoundError` for an unknown operation, :class:`StateError` when the operation is not in the
+        ``expected`` state (it changed meanwhile); nothing is written then.
         """
 
     # --- results and progress ---------------------------------------------------------------------------

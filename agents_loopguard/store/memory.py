@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..budget import Budget
+from ..canonical import redact
 from ..outcome import Reason, Usage
 from .base import (
     MAX_CHAIN_WALK,
@@ -21,6 +22,7 @@ from .base import (
     OperationState,
     PauseRecord,
     Progress,
+    Settlement,
     Store,
     TaskSnapshot,
     TraceEntry,
@@ -28,6 +30,7 @@ from .base import (
     WriteReservation,
 )
 from .rules import (
+    check_answer,
     check_claim,
     check_decide,
     check_reconcile,
@@ -35,6 +38,7 @@ from .rules import (
     check_tokens,
     cost_refusal,
     execution_refusal,
+    reopens,
     token_refusal,
     turn_refusal,
     unknown_task,
@@ -314,6 +318,43 @@ class MemoryStore(Store):
             self._operations[operation_id] = record
             return record
 
+    def settle_operation(
+        self,
+        operation_id: str,
+        state: OperationState,
+        result: Any = None,
+        *,
+        expected: OperationState,
+        who: str,
+        why: str,
+        kind: str,
+        now: float = 0.0,
+    ) -> Settlement:
+        state, expected = OperationState(state), OperationState(expected)
+        with self._lock:
+            record = check_answer(operation_id, self._operations.get(operation_id), expected)
+            if state is not expected:
+                record = replace(record, state=state, result=copy.deepcopy(result), updated_at=now)
+                self._operations[operation_id] = record
+            task = self._task(record.task_id)
+            unknown_left = any(
+                op.task_id == task.task_id and op.state is OperationState.UNKNOWN for op in self._operations.values()
+            )
+            transition = TransitionRecord.new(
+                task.task_id,
+                kind,
+                who,
+                why,
+                now,
+                from_outcome=copy.deepcopy(task.outcome),
+                operation_id=operation_id,
+            )
+            self._transitions.append(transition)
+            reopened = reopens(task.status, unknown_left)
+            if reopened:
+                task.outcome, task.status, task.updated_at = None, "running", now
+            return Settlement(record, transition, reopened)
+
     # results and progress
 
     def record_execution(
@@ -362,7 +403,7 @@ class MemoryStore(Store):
         with self._lock:
             task = self._task(task_id)
             if task.stop_reason is None:
-                task.stop_reason = reason or "stop_requested"
+                task.stop_reason = redact(reason) or "stop_requested"
                 task.updated_at = now
             return task.snapshot()
 

@@ -35,6 +35,7 @@ __all__ = [
     "WAITED_PAST_MAX_WAIT",
     "TaskState",
     "TaskView",
+    "check_answer",
     "check_claim",
     "check_decide",
     "check_reconcile",
@@ -42,6 +43,7 @@ __all__ = [
     "check_tokens",
     "cost_refusal",
     "execution_refusal",
+    "reopens",
     "stop_refusal",
     "token_refusal",
     "turn_refusal",
@@ -266,6 +268,34 @@ def check_reconcile(operation_id: str, record: OperationRecord | None) -> Operat
     if record.state is not OperationState.UNKNOWN:
         raise StateError(f"operation {operation_id!r} is {record.state}, not unknown: nothing to reconcile")
     return record
+
+
+def check_answer(operation_id: str, record: OperationRecord | None, expected: OperationState) -> OperationRecord:
+    """The operation, if it is still in the state the operator's answer was decided on; else the error.
+
+    >>> from agents_loopguard.store.base import OperationRecord
+    >>> committed = OperationRecord("op-1", "t", "pay", "fp", OperationState.COMMITTED)
+    >>> check_answer("op-1", committed, OperationState.UNKNOWN)
+    Traceback (most recent call last):
+    agents_loopguard.errors.StateError: operation 'op-1' is committed now, not unknown: it changed meanwhile; look again
+    """
+    if record is None:
+        raise NotFoundError(f"unknown operation {operation_id!r}")
+    if record.state is not OperationState(expected):
+        raise StateError(
+            f"operation {operation_id!r} is {record.state} now, not {expected}: it changed meanwhile; look again"
+        )
+    return record
+
+
+def reopens(status: str, unknown_left: bool) -> bool:
+    """Whether an answer about an operation reopens its task: the task waits for reconciliation and nothing of it
+    is unknown any more (a task in any other state keeps it; ``recover`` is the decision for those).
+
+    >>> reopens("needs_reconciliation", False), reopens("needs_reconciliation", True), reopens("completed", False)
+    (True, False, False)
+    """
+    return status == "needs_reconciliation" and not unknown_left
 
 
 def check_decide(pause_id: str, record: PauseRecord | None) -> PauseRecord:

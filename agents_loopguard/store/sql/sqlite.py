@@ -26,17 +26,20 @@ from ..base import (
     OperationState,
     PauseRecord,
     Progress,
+    Settlement,
     TaskSnapshot,
     TransitionRecord,
     WriteReservation,
 )
 from ..rules import (
+    check_answer,
     check_claim,
     check_decide,
     check_reconcile,
     check_recover,
     cost_refusal,
     execution_refusal,
+    reopens,
     token_refusal,
     turn_refusal,
     unknown_task,
@@ -244,6 +247,26 @@ class SQLiteSteps:
         if state is OperationState.UNKNOWN:
             return record
         raise LostRace
+
+    def settle_operation(self, cur: Any, params: dict[str, Any], *, who: str, why: str, kind: str) -> Settlement:
+        operation_id, now = params["operation_id"], params["now"]
+        old = fetch_one(cur, self.st.op, params)
+        record = check_answer(operation_id, operation(old) if old is not None else None, params["expected"])
+        if params["state"] != params["expected"]:
+            row = fetch_one(cur, self.st.op_answer, params)
+            if row is None:
+                raise LostRace  # changed since the read (cannot happen under the write lock)
+            record = operation(row)
+        task = self.get_task(cur, record.task_id)
+        unknown_left = fetch_one(cur, self.st.unknown_of_task, {"task_id": record.task_id}) is not None
+        transition = TransitionRecord.new(
+            record.task_id, kind, who, why, now, from_outcome=loads(task["outcome"]), operation_id=operation_id
+        )
+        execute(cur, self.st.transition_insert, transition_params(transition))
+        reopened = reopens(task["status"], unknown_left)
+        if reopened:
+            execute(cur, self.st.reopen, {"task_id": record.task_id, "now": now})
+        return Settlement(record, transition, reopened)
 
     # --- results and progress -----------------------------------------------------------------------------------------
 

@@ -319,6 +319,17 @@ class Statements:
             .where(o.c.operation_id == p("op_id"))
             .values(state=p("op_state"), result=p("op_result"), updated_at=p("at"))
         )
+        self.op_answer = c(
+            sa.update(o)
+            .where(o.c.operation_id == p("operation_id"), o.c.state == p("expected"))
+            .values(state=p("state"), result=p("result"), updated_at=p("now"))
+            .returning(o)
+        )
+        self.unknown_of_task = c(
+            sa.select(o.c.operation_id)
+            .where(o.c.task_id == p("task_id"), o.c.state == str(OperationState.UNKNOWN))
+            .limit(1)
+        )
         self.op_reconcile = c(
             sa.update(o)
             .where(o.c.operation_id == p("operation_id"), o.c.state == str(OperationState.UNKNOWN))

@@ -11,6 +11,7 @@ from sqlalchemy.dialects import sqlite as lite
 from sqlalchemy.engine import URL
 
 from ...budget import Budget
+from ...canonical import redact
 from ...outcome import Usage
 from ..base import (
     Activation,
@@ -20,6 +21,7 @@ from ..base import (
     OperationState,
     PauseRecord,
     Progress,
+    Settlement,
     Store,
     TaskSnapshot,
     TraceEntry,
@@ -261,6 +263,29 @@ class SQLStore(Store):
         }
         return self._db.write(lambda cur: self._steps.reconcile_operation(cur, params), durable=True)
 
+    def settle_operation(
+        self,
+        operation_id: str,
+        state: OperationState,
+        result: Any = None,
+        *,
+        expected: OperationState,
+        who: str,
+        why: str,
+        kind: str,
+        now: float = 0.0,
+    ) -> Settlement:
+        params = {
+            "operation_id": operation_id,
+            "state": str(OperationState(state)),
+            "expected": str(OperationState(expected)),
+            "result": dumps(result),
+            "now": now,
+        }
+        return self._db.write(
+            lambda cur: self._steps.settle_operation(cur, params, who=who, why=why, kind=kind), durable=True
+        )
+
     # --- results and progress -----------------------------------------------------------------------------------------
 
     def record_execution(
@@ -298,7 +323,7 @@ class SQLStore(Store):
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
 
     def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
-        params = {"task_id": task_id, "reason": reason or "stop_requested", "now": now}
+        params = {"task_id": task_id, "reason": redact(reason) or "stop_requested", "now": now}
         return self._db.step(lambda cur: self._steps.request_stop(cur, params), durable=True)
 
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:

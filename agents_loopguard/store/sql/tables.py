@@ -224,6 +224,7 @@ class TransitionRow(_Table, table=True):
     from_outcome: str | None = _json()
     decisions: str = Field(default="{}", sa_type=Text)
     budget_delta: str = Field(default="{}", sa_type=Text)
+    operation_id: str | None = None
 
 
 def _table(model: type[SQLModel]) -> Table:
@@ -404,6 +405,7 @@ def transition(row: Any) -> TransitionRecord:
         from_outcome=loads(row["from_outcome"]),
         decisions=json.loads(row["decisions"]),
         budget_delta=json.loads(row["budget_delta"]),
+        operation_id=row["operation_id"],
     )
 
 
@@ -436,4 +438,5 @@ def transition_params(t: TransitionRecord) -> dict[str, Any]:
         "from_outcome": dumps(t.from_outcome),
         "decisions": encode(dict(t.decisions)),
         "budget_delta": encode(dict(t.budget_delta)),
+        "operation_id": t.operation_id,
     }
