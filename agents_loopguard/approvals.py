@@ -14,7 +14,7 @@ from typing import Any
 
 from .canonical import canonical_json
 from .errors import InputError, NotFoundError, StateError
-from .store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord
+from .store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord, operator_text
 
 __all__ = [
     "APPROVE",
@@ -117,9 +117,12 @@ def decide(
     approve_all: bool = False,
     reject_all: bool = False,
     why: str = "",
+    secrets: Iterable[str] = (),
     now: float | None = None,
 ) -> PauseRecord:
     """Record an operator's decisions on a pending pause, for the application's process that resumes it.
+
+    ``who`` and ``why`` are redacted before they are stored (credential patterns, and the ``secrets`` given).
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore
     >>> store = MemoryStore()
@@ -149,6 +152,7 @@ def decide(
             raise DecisionError(f"call {call_id!r} cannot be both approved and rejected")
         decisions[call_id] = REJECT
     checked = check_decisions(record, decisions)
+    who, why = operator_text(who, secrets), operator_text(why, secrets)
     return store.decide_pause(pause_id, who=who, decisions=checked, why=why, now=time.time() if now is None else now)
 
 
@@ -205,12 +209,21 @@ def decisions_for(record: PauseRecord, decisions: Mapping[str, str] | None) -> d
 
 
 def claim_for_resume(
-    store: Store, record: PauseRecord, decisions: dict[str, str], *, who: str, why: str, given: bool
+    store: Store,
+    record: PauseRecord,
+    decisions: dict[str, str],
+    *,
+    who: str,
+    why: str,
+    given: bool,
+    secrets: Iterable[str] = (),
 ) -> tuple[PauseRecord, TransitionRecord]:
     """Record the decisions (if the caller brought them) and claim the pause: the database serializes both, so the
     decisions applied are always the ones stored, and one claimer wins. A pause that changed between the checks
-    of :func:`load_for_resume` and the claim is refused (:class:`PauseTampered`; it stays claimed, nothing runs)."""
+    of :func:`load_for_resume` and the claim is refused (:class:`PauseTampered`; it stays claimed, nothing runs).
+    ``who`` and ``why`` are redacted before they are stored (credential patterns, and the ``secrets`` given)."""
     at = time.time()
+    who, why = operator_text(who, secrets), operator_text(why, secrets)
     if given and record.status == "pending":
         try:
             store.decide_pause(record.pause_id, who=who, decisions=decisions, why=why, now=at)

@@ -15,7 +15,7 @@ from typing import Any
 from .canonical import redact
 from .errors import InputError, NotFoundError, StateError, StoreError
 from .outcome import NextAction, Status
-from .store.base import OperationRecord, OperationState, Store, TransitionRecord
+from .store.base import OperationRecord, OperationState, Store, TransitionRecord, operator_text
 
 __all__ = [
     "Reconciliation",
@@ -105,7 +105,8 @@ def reconcile(
       transition with who and why; a correction to ``not_committed`` allows a retry).
 
     Every answer but ``unknown`` is recorded as a transition with who, why and the operation id, and reopens the
-    task when it needs reconciliation and none of its operations is unknown any more.
+    task when it needs reconciliation and none of its operations is unknown any more. ``who``, ``why`` and the
+    result are redacted before they are stored (credential patterns, and the ``secrets`` given).
 
     >>> from agents_loopguard import Budget, MemoryStore, create_runner
     >>> store = MemoryStore()
@@ -128,10 +129,13 @@ def reconcile(
         return Reconciliation(current, None, _AFTER[state])
     kind = _kind(operation_id, current, state, correct=correct)
     stored = _answer_result(operation_id, current, state, result, secrets)
-    default_why = f"operation {operation_id} {_VERB[kind]} {state}"
+    who, why = (
+        operator_text(who, secrets),
+        operator_text(why, secrets) or f"operation {operation_id} {_VERB[kind]} {state}",
+    )
     try:
         settled = store.settle_operation(
-            operation_id, state, stored, expected=current.state, who=who, why=why or default_why, kind=kind, now=at
+            operation_id, state, stored, expected=current.state, who=who, why=why, kind=kind, now=at
         )
     except StateError as exc:
         raise RecoveryRefused(str(exc)) from None
@@ -192,10 +196,12 @@ def recover(
     who: str,
     why: str,
     extend: Mapping[str, Any] | None = None,
+    secrets: Iterable[str] = (),
     now: float | None = None,
 ) -> TransitionRecord:
     """Reopen a ``stopped``, ``partial`` or ``needs_reconciliation`` task by an explicit decision, optionally
-    extending its limits.
+    extending its limits. ``who`` and ``why`` are redacted before they are stored (credential patterns, and the
+    ``secrets`` given).
 
     ``extend`` is an explicit delta (``{"model_turns": 2}`` adds two turns; ``deadline`` replaces the deadline). The
     counters are never reset; the decision is stored as a ``recover`` transition linked to the last outcome.
@@ -233,6 +239,7 @@ def recover(
     except ValueError as exc:
         raise RecoveryInputError(str(exc)) from exc
     at = time.time() if now is None else now
+    who, why = operator_text(who, secrets), operator_text(why, secrets)
     return store.recover(task_id, who=who, why=why, kind="recover", budget_delta=delta, now=at)
 
 

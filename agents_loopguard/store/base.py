@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from ..budget import Budget
+from ..canonical import redact
 from ..errors import InputError, NotFoundError, StateError, StoreError
 from ..outcome import Reason, Usage
 
@@ -43,6 +44,7 @@ __all__ = [
     "TransitionRecord",
     "WriteReservation",
     "operation_blocks",
+    "operator_text",
 ]
 
 
@@ -78,6 +80,16 @@ def operation_blocks(state: OperationState | str, payload: str, fingerprint: str
     (False, True)
     """
     return not (OperationState(state) is OperationState.NOT_COMMITTED and payload == fingerprint)
+
+
+def operator_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """An operator's free text (who, why, a decision note, a stop reason) as it may be stored: credentials and the
+    ``secrets`` given replaced by ``[redacted]`` (:func:`agents_loopguard.canonical.redact`).
+
+    >>> operator_text("ops password=hunter2"), operator_text("ana on call", secrets=["on call"])
+    ('ops password=[redacted]', 'ana [redacted]')
+    """
+    return str(redact(text, secrets=secrets))
 
 
 @dataclass(frozen=True)

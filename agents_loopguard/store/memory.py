@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..budget import Budget
-from ..canonical import redact
 from ..outcome import Reason, Usage
 from .base import (
     MAX_CHAIN_WALK,
@@ -28,6 +27,7 @@ from .base import (
     TraceEntry,
     TransitionRecord,
     WriteReservation,
+    operator_text,
 )
 from .rules import (
     check_answer,
@@ -403,7 +403,7 @@ class MemoryStore(Store):
         with self._lock:
             task = self._task(task_id)
             if task.stop_reason is None:
-                task.stop_reason = redact(reason) or "stop_requested"
+                task.stop_reason = operator_text(reason) or "stop_requested"
                 task.updated_at = now
             return task.snapshot()
 

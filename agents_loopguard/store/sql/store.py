@@ -11,7 +11,6 @@ from sqlalchemy.dialects import sqlite as lite
 from sqlalchemy.engine import URL
 
 from ...budget import Budget
-from ...canonical import redact
 from ...outcome import Usage
 from ..base import (
     Activation,
@@ -27,6 +26,7 @@ from ..base import (
     TraceEntry,
     TransitionRecord,
     WriteReservation,
+    operator_text,
 )
 from ..rules import check_tokens
 from .connection import Database
@@ -323,7 +323,7 @@ class SQLStore(Store):
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
 
     def request_stop(self, task_id: str, reason: str = "stop_requested", *, now: float = 0.0) -> TaskSnapshot:
-        params = {"task_id": task_id, "reason": redact(reason) or "stop_requested", "now": now}
+        params = {"task_id": task_id, "reason": operator_text(reason) or "stop_requested", "now": now}
         return self._db.step(lambda cur: self._steps.request_stop(cur, params), durable=True)
 
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
