@@ -244,6 +244,9 @@ class PauseRecord:
     decisions: dict[str, str] = field(default_factory=dict)
     """call_id -> ``approve`` or ``reject`` (recorded by decide_pause, or given to claim_pause)."""
     decided_by: str | None = None
+    decisions_digest: str | None = None
+    """The digest of the recorded decisions, over the pause, the decisions and who decided
+    (:func:`agents_loopguard.approvals.decisions_digest`); None before an operator decided."""
 
 
 @dataclass(frozen=True)
@@ -537,10 +540,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def decide_pause(
-        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+        self,
+        pause_id: str,
+        *,
+        who: str,
+        decisions: dict[str, str],
+        why: str = "",
+        digest: str | None = None,
+        now: float = 0.0,
     ) -> PauseRecord:
-        """Record an operator's approve/reject decisions on a pending pause (``pending`` -> ``decided``), to be
-        applied by the process that resumes it. Serialized by the database: one decision wins.
+        """Record an operator's approve/reject decisions on a pending pause (``pending`` -> ``decided``) with their
+        ``digest``, to be applied by the process that resumes it. Serialized by the database: one decision wins.
 
         Raises :class:`PauseAlreadyResumed` if the pause is not pending any more, :class:`StoreError` if it does
         not exist. Checking that the decisions name the pause's own calls is the caller's rule (``sdk.pauses``).

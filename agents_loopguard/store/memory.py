@@ -505,11 +505,20 @@ class MemoryStore(Store):
             return [p for p in self._pauses.values() if task_id is None or p.task_id == task_id]
 
     def decide_pause(
-        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+        self,
+        pause_id: str,
+        *,
+        who: str,
+        decisions: dict[str, str],
+        why: str = "",
+        digest: str | None = None,
+        now: float = 0.0,
     ) -> PauseRecord:
         with self._lock:
             record = check_decide(pause_id, self._pauses.get(pause_id))
-            decided = replace(record, status="decided", decisions=dict(decisions), decided_by=who)
+            decided = replace(
+                record, status="decided", decisions=dict(decisions), decided_by=who, decisions_digest=digest
+            )
             self._pauses[pause_id] = decided
             return decided
 

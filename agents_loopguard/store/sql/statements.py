@@ -418,7 +418,9 @@ class Statements:
         self.pause_decide = c(
             sa.update(ps)
             .where(ps.c.pause_id == p("pause_id"), ps.c.status == "pending")
-            .values(status="decided", decisions=p("decisions"), decided_by=p("who"))
+            .values(
+                status="decided", decisions=p("decisions"), decided_by=p("who"), decisions_digest=p("decisions_digest")
+            )
             .returning(ps)
         )
         self.pause_claim = c(

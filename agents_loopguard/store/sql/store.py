@@ -389,9 +389,16 @@ class SQLStore(Store):
         return [pause(row) for row in rows]
 
     def decide_pause(
-        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+        self,
+        pause_id: str,
+        *,
+        who: str,
+        decisions: dict[str, str],
+        why: str = "",
+        digest: str | None = None,
+        now: float = 0.0,
     ) -> PauseRecord:
-        params = {"pause_id": pause_id, "who": who, "decisions": encode(dict(decisions))}
+        params = {"pause_id": pause_id, "who": who, "decisions": encode(dict(decisions)), "decisions_digest": digest}
         return self._db.write(lambda cur: self._steps.decide_pause(cur, params), durable=True)
 
     def claim_pause(

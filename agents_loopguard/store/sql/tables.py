@@ -207,6 +207,7 @@ class PauseRow(_Table, table=True):
     resumed_by: str | None = None
     decisions: str = Field(default="{}", sa_type=Text)
     decided_by: str | None = None
+    decisions_digest: str | None = None
 
 
 class TransitionRow(_Table, table=True):
@@ -390,6 +391,7 @@ def pause(row: Any) -> PauseRecord:
         resumed_by=row["resumed_by"],
         decisions=json.loads(row["decisions"]),
         decided_by=row["decided_by"],
+        decisions_digest=row["decisions_digest"],
     )
 
 
