@@ -258,3 +258,20 @@ def test_token_reservations_behave_as_in_memory(store_factory: Callable[[], Stor
                 task_id, reserved=last, actual=(a, b)
             )
     assert store.task(task_id).used == memory.task(task_id).used  # type: ignore[union-attr]
+
+
+# --- a budget asked for a task that exists with another one ------------------------------------------------------
+
+
+def test_ensure_task_reports_a_budget_that_differs_from_the_stored_one_and_keeps_the_stored_one(store: Store) -> None:
+    first = store.ensure_task("t", TOKENS)
+    assert first.created and first.requested is None and first.budget_changes() == {}
+    same = store.ensure_task("t", TOKENS)
+    assert not same.created and same.requested is None and same.budget_changes() == {}
+    other = Budget(model_turns=50, tool_executions=9, input_tokens=1000, output_tokens=500)
+    again = store.ensure_task("t", other)
+    assert not again.created and again.budget == TOKENS and again.requested == other
+    assert again.budget_changes() == {"model_turns": (9, 50), "total_tokens": (1200, None)}
+    assert again == first  # the task itself is unchanged (created and requested describe the call)
+    stored = store.task("t")
+    assert stored is not None and stored.budget == TOKENS and stored.requested is None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "TraceEntry",
     "TransitionRecord",
     "WriteReservation",
+    "ensured",
     "operation_blocks",
     "operator_text",
 ]
@@ -183,6 +184,30 @@ class TaskSnapshot:
     """The stored recovery record of the terminal outcome, if any."""
     created_at: float = 0.0
     updated_at: float = 0.0
+    created: bool = field(default=False, compare=False)
+    """From :meth:`Store.ensure_task`: True when this call created the task."""
+    requested: Budget | None = field(default=None, compare=False)
+    """From :meth:`Store.ensure_task`: the budget the caller passed when it differs from the stored one, which
+    stays (limits change only through a recorded ``recover`` extension); None when they are the same."""
+
+    def budget_changes(self) -> dict[str, tuple[Any, Any]]:
+        """The limits the caller asked for that differ from the stored ones: name -> (stored, requested).
+
+        >>> snap = TaskSnapshot("t", Budget(5, 5), Usage(), 0, 0, "running", None, None, requested=Budget(9, 5))
+        >>> snap.budget_changes()
+        {'model_turns': (5, 9)}
+        """
+        if self.requested is None:
+            return {}
+        stored, requested = vars(self.budget), vars(self.requested)
+        return {name: (stored[name], requested[name]) for name in stored if stored[name] != requested[name]}
+
+
+def ensured(snapshot: TaskSnapshot, requested: Budget, *, created: bool) -> TaskSnapshot:
+    """What :meth:`Store.ensure_task` answers: the task, whether this call created it, and the budget asked for
+    when it differs from the stored one."""
+    differs = not created and snapshot.budget != requested
+    return replace(snapshot, created=created, requested=requested if differs else None)
 
 
 @dataclass(slots=True)
@@ -314,7 +339,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
-        """Create the task with this budget if it does not exist; return it (an existing task keeps its budget)."""
+        """Create the task with this budget if it does not exist; return it. An existing task keeps its budget: the
+        snapshot then carries the ``budget`` asked for in ``requested`` when it differs (``created`` says whether
+        this call created the task), so the caller can say so."""
 
     @abc.abstractmethod
     def task(self, task_id: str) -> TaskSnapshot | None:

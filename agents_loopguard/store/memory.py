@@ -27,6 +27,7 @@ from .base import (
     TraceEntry,
     TransitionRecord,
     WriteReservation,
+    ensured,
     operator_text,
 )
 from .rules import (
@@ -156,11 +157,12 @@ class MemoryStore(Store):
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
         with self._lock:
             task = self._tasks.get(task_id)
+            created = task is None
             if task is None:
                 trace: deque[TraceEntry] = deque(maxlen=self.trace_limit)
                 task = _Task(task_id, budget, revision, now, trace, updated_at=now)
                 self._tasks[task_id] = task
-            return task.snapshot()
+            return ensured(task.snapshot(), budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
         with self._lock:

@@ -144,7 +144,8 @@ TASK = f"""
         :revision, 0, 'running', 0, :now, :now)
       ON CONFLICT (task_id) DO NOTHING
       RETURNING *)
-    SELECT * FROM i UNION ALL SELECT * FROM {T} WHERE task_id = :task_id AND NOT EXISTS (SELECT 1 FROM i)
+    SELECT *, true AS created FROM i
+    UNION ALL SELECT *, false AS created FROM {T} WHERE task_id = :task_id AND NOT EXISTS (SELECT 1 FROM i)
     """
 
 FINISH = f"""
@@ -217,11 +218,11 @@ class PostgresSteps(SQLiteSteps):
             for with_seen in (False, True)
         }
 
-    def ensure_task(self, cur: Any, params: dict[str, Any]) -> TaskSnapshot:
+    def ensure_task(self, cur: Any, params: dict[str, Any]) -> tuple[TaskSnapshot, bool]:
         row = fetch_one(cur, self.q_task, params)
         if row is None:
             raise LostRace  # created by another worker after this statement's snapshot
-        return snapshot(row)
+        return snapshot(row), bool(row["created"])
 
     def reserve_turn(self, cur: Any, params: dict[str, Any]) -> Grant:
         row = fetch_one(cur, self.q_turn, params)

@@ -127,9 +127,11 @@ class SQLiteSteps:
 
     # --- tasks and counters -------------------------------------------------------------------------------------------
 
-    def ensure_task(self, cur: Any, params: dict[str, Any]) -> TaskSnapshot:
+    def ensure_task(self, cur: Any, params: dict[str, Any]) -> tuple[TaskSnapshot, bool]:
+        """The task, and whether this step created it."""
         execute(cur, self.st.task_insert, params)
-        return snapshot(self.get_task(cur, params["task_id"]))
+        created = cur.rowcount == 1
+        return snapshot(self.get_task(cur, params["task_id"])), created
 
     def reserve_turn(self, cur: Any, params: dict[str, Any]) -> Grant:
         task_id, now = params["task_id"], params["now"]

@@ -26,6 +26,7 @@ from ..base import (
     TraceEntry,
     TransitionRecord,
     WriteReservation,
+    ensured,
     operator_text,
 )
 from ..rules import check_tokens
@@ -152,7 +153,8 @@ class SQLStore(Store):
 
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
         params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now}
-        return self._db.step(lambda cur: self._steps.ensure_task(cur, params))
+        task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params))
+        return ensured(task, budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
         row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
