@@ -1,33 +1,54 @@
-"""Approval pauses, framework-free: the digest that protects a stored pause, and the rules for decisions.
+"""Approval pauses, framework-free: the digests that protect a stored pause and its decisions, and the rules for
+decisions.
 
 A pause is stored with the task's budget and counters (see ``Store.save_pause``). Decisions (approve / reject) may
-name only that pause's own pending calls, and must name each of them; a stored pause whose digest no longer matches
-its content is refused. The Agents SDK adapter (``agents_loopguard.sdk``) saves and resumes pauses on top of this.
+name only that pause's own pending calls, and must name each of them. The Agents SDK adapter
+(``agents_loopguard.sdk``) saves and resumes pauses on top of this.
+
+Two digests protect what a resume relies on: the pause's (over the task, the serialized run state and the pending
+calls) and, once an operator decided, the decisions' (over the pause, its digest, the decisions and who decided).
+Both are checked by :func:`check_pause` (``decide``, ``load_for_resume``) and the decisions again after the claim
+(``claim_for_resume``); a mismatch is :class:`PauseTampered` and nothing runs.
+
+With a key (``LOOPGUARD_PAUSE_KEY``, or ``key=`` on these functions; every process that saves, decides or resumes
+pauses needs the same one) the digests are HMAC-SHA256 (``hmac-sha256:...``): whoever can write the database but
+does not hold the key cannot forge a pause or flip a decision (reject to approve) without the resume refusing it.
+Without a key they are plain SHA-256: they detect a pause or decisions changed by hand, by a bug or by a partial
+write, but *not* a database writer who recomputes them (the recipe is public); set a key where database writers are
+not trusted. With a key, a pause sealed without one is refused (a writer could have made it), and so are decisions
+recorded before schema version 4 (they carry no digest: resume those before setting the key). What neither detects:
+a writer deleting a pause, or replaying an older pause and its decisions of the same task as a whole.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .canonical import canonical_json
 from .errors import InputError, NotFoundError, StateError
-from .store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord
+from .store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord, operator_text
 
 __all__ = [
     "APPROVE",
+    "PAUSE_KEY_ENV",
     "REJECT",
     "DecisionError",
+    "PauseKeyMissing",
     "PauseNotFound",
     "PauseTampered",
     "ResumeError",
     "UnknownPause",
+    "check_decided",
     "check_decisions",
     "check_pause",
     "claim_for_resume",
     "decide",
+    "decisions_digest",
     "decisions_for",
     "find_pause_for",
     "load_for_resume",
@@ -36,6 +57,9 @@ __all__ = [
 
 APPROVE = "approve"
 REJECT = "reject"
+PAUSE_KEY_ENV = "LOOPGUARD_PAUSE_KEY"
+"""The environment variable that holds the key of the pause digests (read when a function gets no ``key=``)."""
+_KEYED = "hmac-sha256:"
 
 
 class DecisionError(InputError):
@@ -58,24 +82,105 @@ class PauseTampered(StateError):
     """The stored pause does not match its digest: its state or pending calls were changed after it was saved."""
 
 
-def pause_digest(task_id: str, state: str, pending_calls: Sequence[Mapping[str, Any]]) -> str:
-    """sha256 over the canonical JSON of the task id, the serialized run state and the pending calls.
-
-    >>> len(pause_digest("t1", "{}", [{"call_id": "c1", "tool": "pay"}]))
-    64
-    """
-    body = canonical_json({"task_id": task_id, "state": state, "pending_calls": [dict(c) for c in pending_calls]})
-    return hashlib.sha256(body).hexdigest()
+class PauseKeyMissing(StateError):
+    """The pause (or its decisions) is sealed with a key this process was not given: it cannot be checked."""
 
 
-def check_pause(record: PauseRecord) -> PauseRecord:
-    """Return ``record`` if its digest matches its content; raise :class:`PauseTampered` otherwise."""
-    expected = pause_digest(record.task_id, record.state, record.pending_calls)
-    if expected != record.digest:
-        raise PauseTampered(
-            f"pause {record.pause_id!r} of task {record.task_id!r} does not match its digest: the stored state or its "
-            "pending calls were altered after the pause was saved; refuse it and investigate (nothing was run)"
+def _key(key: str | bytes | None) -> bytes | None:
+    """The key to seal and check digests with: ``key``, else ``$LOOPGUARD_PAUSE_KEY``; None without one (an empty
+    ``key`` means none, whatever the environment says)."""
+    chosen = os.environ.get(PAUSE_KEY_ENV) if key is None else key
+    if not chosen:
+        return None
+    return chosen.encode() if isinstance(chosen, str) else chosen
+
+
+def _seal(body: bytes, key: bytes | None) -> str:
+    if key is None:
+        return hashlib.sha256(body).hexdigest()
+    return _KEYED + hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def _matches(stored: str, body: bytes, key: bytes | None, what: str) -> bool:
+    """Whether ``stored`` seals ``body``; a keyed digest without the key cannot be checked (an error)."""
+    if stored.startswith(_KEYED) and key is None:
+        raise PauseKeyMissing(
+            f"{what} is sealed with a key: set ${PAUSE_KEY_ENV} (or pass key=) to check it; nothing was run"
         )
+    return hmac.compare_digest(stored, _seal(body, key))
+
+
+def _pause_body(task_id: str, state: str, pending_calls: Sequence[Mapping[str, Any]]) -> bytes:
+    return canonical_json({"task_id": task_id, "state": state, "pending_calls": [dict(c) for c in pending_calls]})
+
+
+def _decisions_body(record: PauseRecord, decisions: Mapping[str, str], decided_by: str) -> bytes:
+    return canonical_json(
+        {
+            "pause_id": record.pause_id,
+            "task_id": record.task_id,
+            "pause_digest": record.digest,
+            "decisions": dict(decisions),
+            "decided_by": decided_by,
+        }
+    )
+
+
+def pause_digest(
+    task_id: str, state: str, pending_calls: Sequence[Mapping[str, Any]], *, key: str | bytes | None = None
+) -> str:
+    """The digest of a pause: over the canonical JSON of the task id, the serialized run state and the pending
+    calls; HMAC-SHA256 with a key (``key``, else ``$LOOPGUARD_PAUSE_KEY``; ``key=""``: none), SHA-256 without.
+
+    >>> len(pause_digest("t1", "{}", [{"call_id": "c1", "tool": "pay"}], key=""))
+    64
+    >>> pause_digest("t1", "{}", [], key="k").startswith("hmac-sha256:")
+    True
+    """
+    return _seal(_pause_body(task_id, state, pending_calls), _key(key))
+
+
+def decisions_digest(
+    record: PauseRecord, decisions: Mapping[str, str], decided_by: str, *, key: str | bytes | None = None
+) -> str:
+    """The digest of an operator's decisions on a pause: over the pause (id, task, its digest), the decisions and
+    who decided; HMAC-SHA256 with a key, SHA-256 without (like :func:`pause_digest`)."""
+    return _seal(_decisions_body(record, decisions, decided_by), _key(key))
+
+
+def _tampered(record: PauseRecord, what: str) -> PauseTampered:
+    return PauseTampered(
+        f"pause {record.pause_id!r} of task {record.task_id!r} does not match its digest: {what} "
+        "altered after they were saved; refuse it and investigate (nothing was run)"
+    )
+
+
+def check_pause(record: PauseRecord, *, key: str | bytes | None = None) -> PauseRecord:
+    """Return ``record`` if its digest matches its content and, once decided, its decisions' digest matches them;
+    raise :class:`PauseTampered` otherwise (:class:`PauseKeyMissing` when it is sealed with a key not given).
+
+    ``key``: the digests' key, else ``$LOOPGUARD_PAUSE_KEY``; with a key, a digest made without it is refused.
+    """
+    body = _pause_body(record.task_id, record.state, record.pending_calls)
+    if not _matches(record.digest, body, _key(key), f"pause {record.pause_id!r}"):
+        raise _tampered(record, "the stored state or its pending calls were")
+    if record.status == "decided":
+        check_decided(record, key=key)
+    return record
+
+
+def check_decided(record: PauseRecord, *, key: str | bytes | None = None) -> PauseRecord:
+    """Return ``record`` if its recorded decisions match their digest (who decided included); else raise
+    :class:`PauseTampered`. Decisions recorded before schema version 4 carry no digest: accepted without a key
+    (a keyless digest would not stop a database writer either), refused with one."""
+    secret = _key(key)
+    if record.decisions_digest is None:
+        if secret is None:
+            return record
+        raise _tampered(record, "its decisions carry no digest (recorded before schema version 4), or were")
+    body = _decisions_body(record, record.decisions, record.decided_by or "")
+    if not _matches(record.decisions_digest, body, secret, f"the decisions on pause {record.pause_id!r}"):
+        raise _tampered(record, "its decisions (or who decided) were")
     return record
 
 
@@ -118,9 +223,15 @@ def decide(
     approve_all: bool = False,
     reject_all: bool = False,
     why: str = "",
+    secrets: Iterable[str] = (),
+    key: str | bytes | None = None,
     now: float | None = None,
 ) -> PauseRecord:
     """Record an operator's decisions on a pending pause, for the application's process that resumes it.
+
+    The pause is checked against its digest first; the decisions are stored with their digest (over the pause, the
+    decisions and who decided; keyed with ``key``, else ``$LOOPGUARD_PAUSE_KEY``). ``who`` and ``why`` are
+    redacted before they are stored (credential patterns, and the ``secrets`` given).
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore
     >>> store = MemoryStore()
@@ -136,7 +247,7 @@ def decide(
     record = store.pause(pause_id)
     if record is None:
         raise PauseNotFound(f"unknown pause {pause_id!r}")
-    check_pause(record)
+    check_pause(record, key=key)
     if approve_all and reject_all:
         raise DecisionError("approve_all and reject_all together make no decision")
     decisions: dict[str, str] = {}
@@ -150,15 +261,21 @@ def decide(
             raise DecisionError(f"call {call_id!r} cannot be both approved and rejected")
         decisions[call_id] = REJECT
     checked = check_decisions(record, decisions)
-    return store.decide_pause(pause_id, who=who, decisions=checked, why=why, now=time.time() if now is None else now)
+    who, why = operator_text(who, secrets), operator_text(why, secrets)
+    digest = decisions_digest(record, checked, who, key=key)
+    at = time.time() if now is None else now
+    return store.decide_pause(pause_id, who=who, decisions=checked, why=why, digest=digest, now=at)
 
 
 # --- resuming a pause, framework-free: the checks before anything runs, and the one claim that wins -------------
 
 
-def load_for_resume(store: Store, pause_id: str, *, task_id: str | None = None) -> PauseRecord:
-    """The pause to resume, checked: it exists, belongs to ``task_id`` (when given), matches its digest, and was
-    not resumed yet. Raises :class:`UnknownPause`, :class:`ResumeError`, :class:`PauseTampered`,
+def load_for_resume(
+    store: Store, pause_id: str, *, task_id: str | None = None, key: str | bytes | None = None
+) -> PauseRecord:
+    """The pause to resume, checked: it exists, belongs to ``task_id`` (when given), matches its digest (and its
+    recorded decisions theirs; ``key``, else ``$LOOPGUARD_PAUSE_KEY``), and was not resumed yet. Raises
+    :class:`UnknownPause`, :class:`ResumeError`, :class:`PauseTampered`, :class:`PauseKeyMissing`,
     :class:`~agents_loopguard.store.base.PauseAlreadyResumed`; nothing is claimed or run.
 
     >>> from agents_loopguard import MemoryStore
@@ -176,7 +293,7 @@ def load_for_resume(store: Store, pause_id: str, *, task_id: str | None = None) 
             f"pause {pause_id!r} belongs to task {record.task_id!r}, not {task_id!r}: a decision only touches "
             "its own task's pause; nothing was run"
         )
-    check_pause(record)
+    check_pause(record, key=key)
     if record.status == "resumed":
         raise PauseAlreadyResumed(
             f"pause {pause_id!r} was already resumed by {record.resumed_by!r}: a pause resumes at most once "
@@ -206,15 +323,27 @@ def decisions_for(record: PauseRecord, decisions: Mapping[str, str] | None) -> d
 
 
 def claim_for_resume(
-    store: Store, record: PauseRecord, decisions: dict[str, str], *, who: str, why: str, given: bool
+    store: Store,
+    record: PauseRecord,
+    decisions: dict[str, str],
+    *,
+    who: str,
+    why: str,
+    given: bool,
+    secrets: Iterable[str] = (),
+    key: str | bytes | None = None,
 ) -> tuple[PauseRecord, TransitionRecord]:
     """Record the decisions (if the caller brought them) and claim the pause: the database serializes both, so the
     decisions applied are always the ones stored, and one claimer wins. A pause that changed between the checks
-    of :func:`load_for_resume` and the claim is refused (:class:`PauseTampered`; it stays claimed, nothing runs)."""
+    of :func:`load_for_resume` and the claim is refused (:class:`PauseTampered`; it stays claimed, nothing runs),
+    and so are decisions that do not match their digest (``key``, else ``$LOOPGUARD_PAUSE_KEY``). ``who`` and
+    ``why`` are redacted before they are stored (credential patterns, and the ``secrets`` given)."""
     at = time.time()
+    who, why = operator_text(who, secrets), operator_text(why, secrets)
     if given and record.status == "pending":
         try:
-            store.decide_pause(record.pause_id, who=who, decisions=decisions, why=why, now=at)
+            digest = decisions_digest(record, decisions, who, key=key)
+            store.decide_pause(record.pause_id, who=who, decisions=decisions, why=why, digest=digest, now=at)
         except PauseAlreadyResumed:  # someone decided or resumed it since we read it
             current = store.pause(record.pause_id)
             if current is None or current.status == "resumed":
@@ -227,6 +356,7 @@ def claim_for_resume(
             f"pause {record.pause_id!r} changed while it was being resumed: refused and nothing was run, but the "
             f"pause is claimed: investigate before reopening task {claimed.task_id!r}"
         )
+    check_decided(claimed, key=key)  # the decisions applied are the ones an operator (or this caller) sealed
     return claimed, transition
 
 

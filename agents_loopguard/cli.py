@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
@@ -604,6 +605,24 @@ def _run(args: list[str]) -> int:
         cause = getattr(exc, "orig", None) or exc  # the database went away or refused us mid-command
         return _fail(StoreError(f"cannot use the store {_shown_url(_state.url)}: {cause}"))
     return code if isinstance(code, int) else 0
+
+
+@app.command("migrate")
+def migrate_cmd(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the SQL and change nothing.")] = False,
+) -> None:
+    """Bring the store's schema to this agents_loopguard's version (stop the store's workers first)."""
+    from .store.sql.migrate import migrate
+
+    done = migrate(_state.url, dry_run=dry_run)
+    if _state.json:
+        typer.echo(json.dumps(asdict(done)))
+    elif dry_run:
+        typer.echo(done.sql or f"-- {done.store} is at schema version {done.to_version}: nothing to migrate")
+    elif done.revisions:
+        typer.echo(f"migrated {done.store} from schema version {done.from_version} to {done.to_version}")
+    else:
+        typer.echo(f"{done.store} is at schema version {done.to_version}: nothing to migrate")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -73,6 +73,8 @@ class Reason(str, Enum):
     MODEL_BEHAVIOR = "model_behavior"
     MODEL_ERROR = "model_error"
     PERMISSION = "permission"
+    TOKEN_BUDGET = "token_budget"
+    TOOL_LIMIT = "tool_limit"
 
     def __str__(self) -> str:
         return self.value
@@ -93,7 +95,16 @@ class NextAction(str, Enum):
 
 
 _BUDGET_REASONS = frozenset(
-    {Reason.DEADLINE, Reason.MODEL_BUDGET, Reason.TOOL_BUDGET, Reason.COST_BUDGET, Reason.MAX_TURNS, Reason.WAIT_BUDGET}
+    {
+        Reason.DEADLINE,
+        Reason.MODEL_BUDGET,
+        Reason.TOOL_BUDGET,
+        Reason.COST_BUDGET,
+        Reason.TOKEN_BUDGET,
+        Reason.TOOL_LIMIT,
+        Reason.MAX_TURNS,
+        Reason.WAIT_BUDGET,
+    }
 )
 _TRANSIENT_REASONS = frozenset({Reason.EXECUTOR_EXCEPTION, Reason.TOOL_TIMEOUT, Reason.MODEL_ERROR})
 

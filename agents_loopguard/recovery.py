@@ -15,7 +15,7 @@ from typing import Any
 from .canonical import redact
 from .errors import InputError, NotFoundError, StateError, StoreError
 from .outcome import NextAction, Status
-from .store.base import OperationRecord, OperationState, Store, TransitionRecord
+from .store.base import OperationRecord, OperationState, Store, TransitionRecord, operator_text
 
 __all__ = [
     "Reconciliation",
@@ -51,13 +51,28 @@ class Reconciliation:
     operation: OperationRecord
     """The operation after the answer was recorded."""
     transition: TransitionRecord | None
-    """The ``reconcile`` transition that reopened the task, if it was reopened."""
+    """The transition that reopened the task, if the answer reopened it (see :attr:`recorded` for every answer)."""
     allowed_next_actions: tuple[NextAction, ...]
+    recorded: TransitionRecord | None = None
+    """The transition that records the answer (reconcile, confirm or correct; None for an ``unknown`` answer,
+    which records nothing)."""
 
     @property
     def blocked(self) -> bool:
         """True while the operation's effect is still unknown (nothing may re-send it)."""
         return self.operation.state is OperationState.UNKNOWN
+
+    @property
+    def reopened(self) -> bool:
+        """True when the answer reopened the task."""
+        return self.transition is not None
+
+
+_AFTER = {
+    OperationState.COMMITTED: (NextAction.RETURN_RESULT, NextAction.HUMAN_REVIEW),
+    OperationState.NOT_COMMITTED: (NextAction.BOUNDED_RETRY, NextAction.HUMAN_REVIEW),
+    OperationState.UNKNOWN: (NextAction.QUERY_OPERATION_STATUS, NextAction.HUMAN_REVIEW),
+}
 
 
 def reconcile(
@@ -68,17 +83,30 @@ def reconcile(
     who: str,
     why: str = "",
     result: Any = None,
+    correct: bool = False,
     secrets: Iterable[str] = (),
     now: float | None = None,
 ) -> Reconciliation:
-    """Record what the receiving system says about an ``unknown`` operation, queried with its stable id.
+    """Record what the receiving system says about an operation, queried with its stable id.
+
+    For an ``unknown`` operation:
 
     - ``committed`` (with its result): the result is stored and returned by any later identical call, and the task
       may continue;
     - ``not_committed`` (provably not executed): a retry is allowed within the remaining budget;
-    - ``unknown`` (neither could be shown): the operation stays blocked and the task stays as it is.
+    - ``unknown`` (neither could be shown): the operation stays blocked and nothing is recorded.
 
-    The task is reopened (a ``reconcile`` transition) once none of its operations is unknown any more.
+    For an operation the ledger already knows (the ledger and the receiver may disagree, for example a committed
+    write replayed while ``verify`` answered unknown):
+
+    - the same answer confirms it (a ``confirm`` transition; a committed result is kept as stored);
+    - another answer is refused, saying what disagrees, unless ``correct=True``: an operator states that the
+      receiver is right (it never got the write, or it has it), and the ledger is corrected (a ``correct``
+      transition with who and why; a correction to ``not_committed`` allows a retry).
+
+    Every answer but ``unknown`` is recorded as a transition with who, why and the operation id, and reopens the
+    task when it needs reconciliation and none of its operations is unknown any more. ``who``, ``why`` and the
+    result are redacted before they are stored (credential patterns, and the ``secrets`` given).
 
     >>> from agents_loopguard import Budget, MemoryStore, create_runner
     >>> store = MemoryStore()
@@ -97,28 +125,68 @@ def reconcile(
     current = store.lookup_operation(operation_id)
     if current is None:
         raise RecoveryNotFound(f"unknown operation {operation_id!r}: check the id (it is the business operation id)")
-    if current.state is not OperationState.UNKNOWN:
-        raise RecoveryRefused(
-            f"operation {operation_id!r} is already {current.state}: only an unknown operation is reconciled"
+    if state is OperationState.UNKNOWN and current.state is OperationState.UNKNOWN:
+        return Reconciliation(current, None, _AFTER[state])
+    kind = _kind(operation_id, current, state, correct=correct)
+    stored = _answer_result(operation_id, current, state, result, secrets)
+    who, why = (
+        operator_text(who, secrets),
+        operator_text(why, secrets) or f"operation {operation_id} {_VERB[kind]} {state}",
+    )
+    try:
+        settled = store.settle_operation(
+            operation_id, state, stored, expected=current.state, who=who, why=why, kind=kind, now=at
         )
-    if state is OperationState.UNKNOWN:
-        return Reconciliation(current, None, (NextAction.QUERY_OPERATION_STATUS, NextAction.HUMAN_REVIEW))
+    except StateError as exc:
+        raise RecoveryRefused(str(exc)) from None
+    reopening = settled.transition if settled.reopened else None
+    return Reconciliation(settled.operation, reopening, _AFTER[state], settled.transition)
+
+
+_VERB = {"reconcile": "reconciled as", "confirm": "confirmed", "correct": "corrected to"}
+
+
+def _kind(operation_id: str, current: OperationRecord, answer: OperationState, *, correct: bool) -> str:
+    """Which transition an answer is: reconcile (of an unknown operation), confirm, or correct (with ``correct``)."""
+    known = current.state
+    if known is OperationState.UNKNOWN:
+        return "reconcile"
+    if answer is known:
+        return "confirm"
+    if answer is OperationState.UNKNOWN:
+        raise RecoveryRefused(
+            f"operation {operation_id!r} is already {known} in the ledger; an unknown answer changes nothing: "
+            f"answer {known} to confirm it, or correct it with the receiver's answer"
+        )
+    if not correct:
+        receiver = "never received it" if answer is OperationState.NOT_COMMITTED else "has it"
+        raise RecoveryRefused(
+            f"operation {operation_id!r} is already {known} in the ledger, but the answer is {answer}: the ledger "
+            f"and the receiver disagree. If the receiver {receiver}, correct the ledger with correct=True "
+            f"(recorded with who and why); if the ledger is right, answer {known} to confirm it"
+        )
+    return "correct"
+
+
+def _answer_result(
+    operation_id: str, current: OperationRecord, answer: OperationState, result: Any, secrets: Iterable[str]
+) -> Any:
+    """The result to store with the answer: the receiver's (redacted) for a committed one, none otherwise; a
+    confirmation keeps the stored result (another one is refused)."""
     stored = redact(result, secrets=secrets) if result is not None else None
-    record = store.reconcile_operation(operation_id, state, stored, now=at)
-    transition = None
-    task = store.task(record.task_id)
-    still_unknown = [op for op in store.operations(record.task_id) if op.state is OperationState.UNKNOWN]
-    if task is not None and task.status != "running" and not still_unknown:
-        detail = f"operation {operation_id} reconciled as {state}"
-        transition = store.recover(record.task_id, who=who, why=why or detail, kind="reconcile", now=at)
-    if state is OperationState.COMMITTED:
-        actions = (NextAction.RETURN_RESULT, NextAction.HUMAN_REVIEW)
-    else:
-        actions = (NextAction.BOUNDED_RETRY, NextAction.HUMAN_REVIEW)
-    return Reconciliation(record, transition, actions)
+    if answer is not OperationState.COMMITTED:
+        return None
+    if current.state is OperationState.COMMITTED:
+        if stored is not None and stored != current.result:
+            raise RecoveryInputError(
+                f"operation {operation_id!r} is committed with a stored result; a confirmation keeps it: pass no "
+                "result (replays return what was stored)"
+            )
+        return current.result
+    return stored
 
 
-_RECOVERABLE = frozenset({str(Status.STOPPED), str(Status.PARTIAL)})
+_RECOVERABLE = frozenset({str(Status.STOPPED), str(Status.PARTIAL), str(Status.NEEDS_RECONCILIATION)})
 
 
 def recover(
@@ -128,13 +196,18 @@ def recover(
     who: str,
     why: str,
     extend: Mapping[str, Any] | None = None,
+    secrets: Iterable[str] = (),
     now: float | None = None,
 ) -> TransitionRecord:
-    """Reopen a ``stopped`` or ``partial`` task by an explicit decision, optionally extending its limits.
+    """Reopen a ``stopped``, ``partial`` or ``needs_reconciliation`` task by an explicit decision, optionally
+    extending its limits. ``who`` and ``why`` are redacted before they are stored (credential patterns, and the
+    ``secrets`` given).
 
     ``extend`` is an explicit delta (``{"model_turns": 2}`` adds two turns; ``deadline`` replaces the deadline). The
     counters are never reset; the decision is stored as a ``recover`` transition linked to the last outcome.
-    A task that needs reconciliation must be reconciled first; one that needs a human goes through its pause.
+    A task with an operation whose effect is still unknown must be reconciled first (a ``needs_reconciliation``
+    task whose operations are all known may be recovered: the ledger already answers for them); one that needs a
+    human goes through its pause.
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore, Reason, Status
     >>> store = MemoryStore()
@@ -153,7 +226,7 @@ def recover(
     if status == "running" and task.stop_reason is None:
         raise RecoveryRefused(f"task {task_id!r} is running: there is nothing to recover")
     if status == str(Status.NEEDS_RECONCILIATION):
-        raise RecoveryRefused(f"task {task_id!r} needs reconciliation: query the receiver and reconcile() first")
+        _refuse_unknown(store, task_id, task.outcome)
     if status == str(Status.NEEDS_HUMAN):
         raise RecoveryRefused(f"task {task_id!r} waits for a human: decide on its pause instead")
     if status == str(Status.COMPLETED):
@@ -166,4 +239,20 @@ def recover(
     except ValueError as exc:
         raise RecoveryInputError(str(exc)) from exc
     at = time.time() if now is None else now
+    who, why = operator_text(who, secrets), operator_text(why, secrets)
     return store.recover(task_id, who=who, why=why, kind="recover", budget_delta=delta, now=at)
+
+
+def _refuse_unknown(store: Store, task_id: str, outcome: Mapping[str, Any] | None) -> None:
+    """Refuse to recover a task while an operation of it (or the one its outcome names) is still unknown."""
+    named = (outcome or {}).get("operation_id")
+    unknown = [op.operation_id for op in store.operations(task_id) if op.state is OperationState.UNKNOWN]
+    if isinstance(named, str) and named not in unknown:
+        record = store.lookup_operation(named)
+        if record is not None and record.state is OperationState.UNKNOWN:
+            unknown.append(named)
+    if unknown:
+        raise RecoveryRefused(
+            f"task {task_id!r} needs reconciliation: the effect of {', '.join(repr(u) for u in unknown)} is still "
+            "unknown; query the receiver and reconcile() first"
+        )

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status, create_runner
-from agents_loopguard.recovery import RecoveryError, reconcile, recover
+from agents_loopguard.errors import exit_code
+from agents_loopguard.recovery import RecoveryError, RecoveryRefused, reconcile, recover
 from agents_loopguard.store.base import Store
 
 PAY = {"tool": "pay", "kind": "write", "operation_id": "inv-7-pay", "args": {"invoice": 7, "amount": 120}}
@@ -155,7 +156,11 @@ def test_recover_extends_explicitly_and_never_resets_counters() -> None:
 )
 def test_recover_refuses_what_needs_another_decision(status: Status, reason: Reason, message: str) -> None:
     store = MemoryStore()
-    Guard(budget=Budget(model_turns=1, tool_executions=1), store=store, task_id="t").finish(status, reason)
+    guard = Guard(budget=Budget(model_turns=1, tool_executions=1), store=store, task_id="t")
+    if status is Status.NEEDS_RECONCILIATION:  # what needs reconciling first: a write whose effect is unknown
+        ticket = guard.authorize({"tool": "save", "kind": "write", "operation_id": "op-u", "args": {}})
+        guard.fail(ticket, TimeoutError())  # type: ignore[arg-type]
+    guard.finish(status, reason)
     with pytest.raises(RecoveryError, match=message):
         recover(store, "t", who="lead", why="try")
 
@@ -183,3 +188,109 @@ def test_recover_clears_an_operator_stop_mark_by_decision() -> None:
     recover(store, "t-s", who="lead", why="false alarm")
     fresh = Guard(budget=Budget(model_turns=5, tool_executions=5), store=store, task_id="t-s")
     assert fresh.begin_turn() is None
+
+
+# --- the ledger and the receiver disagree: both ways forward are recorded ------------------------------------------
+
+
+def replayed_while_unknown(store: Store, sent: list[Any]) -> Any:
+    """A committed write replayed while verify answers unknown: the task ends needs_reconciliation/unknown_commit
+    while the ledger says committed."""
+    answers = iter(
+        [{"revision": 1, "done": False, "effect": "committed"}, {"revision": 1, "done": False, "effect": "unknown"}]
+    )
+
+    def execute(call: Any) -> Any:
+        sent.append(call)
+        return {"status": "ok", "receipt": "r-1"}
+
+    run = create_runner(
+        budget=Budget(model_turns=9, tool_executions=9),
+        ledger=store,
+        task_id="t-dis",
+        execute=execute,
+        verify=lambda c, r: next(answers),
+    )
+    outcome = run([PAY, PAY])
+    assert (outcome.status, outcome.reason) == (Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT)
+    assert store.lookup_operation("inv-7-pay").state is OperationState.COMMITTED  # type: ignore[union-attr]
+    return outcome
+
+
+def test_a_committed_operation_confirmed_by_the_receiver_reopens_the_task(store: Store) -> None:
+    sent: list[Any] = []
+    replayed_while_unknown(store, sent)
+    with pytest.raises(RecoveryError, match="pass no result"):
+        reconcile(store, "inv-7-pay", "committed", who="ops", result={"receipt": "other"})
+    rec = reconcile(
+        store, "inv-7-pay", "committed", who="ops", why="the bank shows r-1", result={"status": "ok", "receipt": "r-1"}
+    )
+    assert rec.reopened and rec.transition is not None and rec.transition.kind == "confirm"
+    assert (rec.transition.who, rec.transition.why, rec.transition.operation_id) == (
+        "ops",
+        "the bank shows r-1",
+        "inv-7-pay",
+    )
+    assert rec.transition.from_outcome["reason"] == "unknown_commit"  # type: ignore[index]
+    assert rec.operation.result == {"status": "ok", "receipt": "r-1"}
+    assert store.task("t-dis").status == "running"  # type: ignore[union-attr]
+    outcome = continue_task(store, "t-dis", [PAY], sent)
+    assert outcome.status is Status.COMPLETED and len(sent) == 1, "confirmed: returned from the ledger, not re-sent"
+
+
+def test_a_committed_operation_the_receiver_never_got_is_corrected_only_explicitly(store: Store) -> None:
+    sent: list[Any] = []
+    replayed_while_unknown(store, sent)
+    with pytest.raises(RecoveryRefused) as err:
+        reconcile(store, "inv-7-pay", "not_committed", who="ops", why="the bank has no r-1")
+    message = str(err.value)
+    assert "already committed in the ledger, but the answer is not_committed" in message
+    assert "disagree" in message and "correct=True" in message
+    assert exit_code(err.value) == 1 and store.transitions("t-dis") == []
+    rec = reconcile(store, "inv-7-pay", "not_committed", who="ops", why="the bank has no r-1", correct=True)
+    assert rec.operation.state is OperationState.NOT_COMMITTED and rec.operation.result is None
+    assert rec.recorded is not None and (rec.recorded.kind, rec.recorded.who, rec.recorded.why) == (
+        "correct",
+        "ops",
+        "the bank has no r-1",
+    )
+    assert rec.reopened and [str(a) for a in rec.allowed_next_actions] == ["bounded_retry", "human_review"]
+    outcome = continue_task(store, "t-dis", [PAY], sent)
+    assert outcome.status is Status.COMPLETED and len(sent) == 2, "the corrected write was sent once more"
+    assert store.lookup_operation("inv-7-pay").attempts == 2  # type: ignore[union-attr]
+
+
+def test_recover_moves_a_task_needing_reconciliation_on_once_nothing_is_unknown(store: Store) -> None:
+    replayed_while_unknown(store, [])
+    transition = recover(store, "t-dis", who="lead", why="the ledger is right: committed")
+    assert transition.kind == "recover" and transition.from_outcome["reason"] == "unknown_commit"  # type: ignore[index]
+    assert store.task("t-dis").status == "running"  # type: ignore[union-attr]
+
+
+def test_recover_still_refuses_while_the_named_operation_is_unknown(store: Store) -> None:
+    lost_payment(store, task_id="t-owner")
+    guard = Guard(budget=Budget(model_turns=9, tool_executions=9), store=store, task_id="t-other")
+    verdict = guard.authorize(PAY)  # reserved (unknown) by t-owner
+    outcome = guard.end(verdict)  # type: ignore[arg-type]
+    assert outcome.reason is Reason.UNKNOWN_COMMIT and outcome.operation_id == "inv-7-pay"
+    with pytest.raises(RecoveryRefused, match="'inv-7-pay' is still unknown"):
+        recover(store, "t-other", who="lead", why="try")
+    reconcile(store, "inv-7-pay", "committed", who="ops")
+    assert recover(store, "t-other", who="lead", why="answered").kind == "recover"
+
+
+def test_every_answer_about_an_operation_is_recorded_and_an_unknown_one_is_not(store: Store) -> None:
+    guard = Guard(budget=Budget(model_turns=9, tool_executions=9), store=store, task_id="t-two")
+    for op in ("op-a", "op-b"):
+        ticket = guard.authorize({"tool": "save", "kind": "write", "operation_id": op, "args": {"op": op}})
+        guard.fail(ticket, TimeoutError())  # type: ignore[arg-type]
+    guard.finish(Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT)
+    assert reconcile(store, "op-a", "unknown", who="ops").recorded is None
+    first = reconcile(store, "op-a", "committed", who="ops", why="found it")
+    assert not first.reopened and first.recorded is not None and first.recorded.operation_id == "op-a"
+    second = reconcile(store, "op-b", "not_committed", who="ops", why="never arrived")
+    assert second.reopened
+    assert [(t.kind, t.operation_id) for t in store.transitions("t-two")] == [
+        ("reconcile", "op-a"),
+        ("reconcile", "op-b"),
+    ]

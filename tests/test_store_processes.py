@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agents_loopguard import Budget
+from agents_loopguard import Budget, Reason
 from agents_loopguard.store import OperationState, SQLStore
 
 pytestmark = pytest.mark.timeout(150)
@@ -142,6 +142,32 @@ def test_a_shared_budget_of_n_executions_is_never_exceeded(sql_url: str, tmp_pat
     with SQLStore(url) as store:
         task = store.task("shared")
     assert task is not None and task.used.tools == limit
+
+
+def test_a_per_tool_limit_shared_by_workers_is_never_exceeded(sql_url: str, tmp_path: Path) -> None:
+    url, limit = prepared(sql_url), 60
+    with SQLStore(url) as store:
+        store.ensure_task("mail", Budget(model_turns=0, tool_executions=10**6))
+    go = str(tmp_path / "go")
+    workers = [
+        Worker(tmp_path, f"tool-{n}", "tool_limit", url=url, task="mail", limit=limit, worker=n, go=go)
+        for n in range(WORKERS)
+    ]
+    start_together(tmp_path, workers)
+    results = [w.finish() for w in workers]
+    lines = [line.split() for w in workers for line in w.lines()]
+    mails = [int(n) for tool, n in lines if tool == "send_email"]
+    searches = [int(n) for tool, n in lines if tool == "search"]
+    assert len(mails) == limit  # exactly the limit, never one more
+    assert [r["reason"] for r in results] == ["tool_limit"] * WORKERS
+    assert len(searches) == WORKERS  # the other tool still ran, once per worker
+    assert sorted(mails + searches) == list(range(1, limit + WORKERS + 1))  # each execution counted once
+    assert sum(1 for w in workers if any(line.startswith("send_email") for line in w.lines())) > 1
+    with SQLStore(url) as store:
+        task = store.task("mail")
+        refused = store.reserve_execution("mail", "late", max_repeats=2, tool_limit=("send_email", limit))
+    assert task is not None and task.used.tools == limit + WORKERS
+    assert refused.reason is Reason.TOOL_LIMIT and str(limit) in refused.detail
 
 
 def test_no_reservation_succeeds_after_the_stop_mark_commits(sql_url: str, tmp_path: Path) -> None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from ..budget import Budget
+from ..canonical import redact
 from ..errors import InputError, NotFoundError, StateError, StoreError
 from ..outcome import Reason, Usage
 
@@ -34,6 +35,7 @@ __all__ = [
     "PauseAlreadyResumed",
     "PauseRecord",
     "Progress",
+    "Settlement",
     "StateError",
     "StopMark",
     "Store",
@@ -42,7 +44,9 @@ __all__ = [
     "TraceEntry",
     "TransitionRecord",
     "WriteReservation",
+    "ensured",
     "operation_blocks",
+    "operator_text",
 ]
 
 
@@ -78,6 +82,16 @@ def operation_blocks(state: OperationState | str, payload: str, fingerprint: str
     (False, True)
     """
     return not (OperationState(state) is OperationState.NOT_COMMITTED and payload == fingerprint)
+
+
+def operator_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """An operator's free text (who, why, a decision note, a stop reason) as it may be stored: credentials and the
+    ``secrets`` given replaced by ``[redacted]`` (:func:`agents_loopguard.canonical.redact`).
+
+    >>> operator_text("ops password=hunter2"), operator_text("ana on call", secrets=["on call"])
+    ('ops password=[redacted]', 'ana [redacted]')
+    """
+    return str(redact(text, secrets=secrets))
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,18 @@ class WriteReservation:
     """None when the ledger answered before any counter was touched (the operation exists and may not run again)."""
     claim: OperationClaim | None
     """The ledger's answer; None when the execution was refused (then nothing was reserved or claimed)."""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The answer to :meth:`Store.settle_operation`: an operator's answer about an operation, recorded."""
+
+    operation: OperationRecord
+    """The operation after the answer."""
+    transition: TransitionRecord
+    """The transition that records the answer (who, why, the operation, the task's outcome before)."""
+    reopened: bool
+    """True when the answer reopened the task (it needed reconciliation and nothing of it is unknown any more)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +185,30 @@ class TaskSnapshot:
     """The stored recovery record of the terminal outcome, if any."""
     created_at: float = 0.0
     updated_at: float = 0.0
+    created: bool = field(default=False, compare=False)
+    """From :meth:`Store.ensure_task`: True when this call created the task."""
+    requested: Budget | None = field(default=None, compare=False)
+    """From :meth:`Store.ensure_task`: the budget the caller passed when it differs from the stored one, which
+    stays (limits change only through a recorded ``recover`` extension); None when they are the same."""
+
+    def budget_changes(self) -> dict[str, tuple[Any, Any]]:
+        """The limits the caller asked for that differ from the stored ones: name -> (stored, requested).
+
+        >>> snap = TaskSnapshot("t", Budget(5, 5), Usage(), 0, 0, "running", None, None, requested=Budget(9, 5))
+        >>> snap.budget_changes()
+        {'model_turns': (5, 9)}
+        """
+        if self.requested is None:
+            return {}
+        stored, requested = vars(self.budget), vars(self.requested)
+        return {name: (stored[name], requested[name]) for name in stored if stored[name] != requested[name]}
+
+
+def ensured(snapshot: TaskSnapshot, requested: Budget, *, created: bool) -> TaskSnapshot:
+    """What :meth:`Store.ensure_task` answers: the task, whether this call created it, and the budget asked for
+    when it differs from the stored one."""
+    differs = not created and snapshot.budget != requested
+    return replace(snapshot, created=created, requested=requested if differs else None)
 
 
 @dataclass(slots=True)
@@ -230,18 +280,22 @@ class PauseRecord:
     decisions: dict[str, str] = field(default_factory=dict)
     """call_id -> ``approve`` or ``reject`` (recorded by decide_pause, or given to claim_pause)."""
     decided_by: str | None = None
+    decisions_digest: str | None = None
+    """The digest of the recorded decisions, over the pause, the decisions and who decided
+    (:func:`agents_loopguard.approvals.decisions_digest`); None before an operator decided."""
 
 
 @dataclass(frozen=True)
 class TransitionRecord:
-    """An explicit, recorded step that reopens a finished task (a resume, a recovery, a reconciliation), or an
-    operator's stop of a task."""
+    """An explicit, recorded operator step on a task: a resume, a recovery, an answer about an operation (which
+    reopens the task when it needed reconciliation and nothing of it is unknown any more), or a stop."""
 
     transition_id: str
     task_id: str
     kind: str
-    """``resume`` (of a pause), ``recover`` (from stopped/partial), ``reconcile`` (an operation's answer), ``stop``
-    (who set the stop mark; ``why`` is its reason)."""
+    """``resume`` (of a pause), ``recover`` (from stopped/partial/needs_reconciliation), ``reconcile`` (an unknown
+    operation answered), ``confirm`` (a known operation's state confirmed), ``correct`` (the ledger corrected),
+    ``stop`` (who set the stop mark; ``why`` is its reason)."""
     who: str
     why: str = ""
     at: float = 0.0
@@ -250,7 +304,10 @@ class TransitionRecord:
     """The recovery record the task had before this transition."""
     decisions: dict[str, str] = field(default_factory=dict)
     budget_delta: dict[str, Any] = field(default_factory=dict)
-    """Explicit extension of the limits: model_turns, tool_executions, cost (added), deadline (replaced)."""
+    """Explicit extension of the limits: model_turns, tool_executions, cost and the token limits (added), deadline
+    (replaced)."""
+    operation_id: str | None = None
+    """The operation an answer (reconcile, confirm, correct) was about."""
 
     @classmethod
     def new(
@@ -265,6 +322,7 @@ class TransitionRecord:
         from_outcome: dict[str, Any] | None = None,
         decisions: dict[str, str] | None = None,
         budget_delta: dict[str, Any] | None = None,
+        operation_id: str | None = None,
     ) -> TransitionRecord:
         """A transition with a new id (``tr-`` and 12 hex digits).
 
@@ -282,6 +340,7 @@ class TransitionRecord:
             from_outcome,
             dict(decisions or {}),
             dict(budget_delta or {}),
+            operation_id,
         )
 
 
@@ -292,7 +351,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
-        """Create the task with this budget if it does not exist; return it (an existing task keeps its budget)."""
+        """Create the task with this budget if it does not exist; return it. An existing task keeps its budget: the
+        snapshot then carries the ``budget`` asked for in ``requested`` when it differs (``created`` says whether
+        this call created the task), so the caller can say so."""
 
     @abc.abstractmethod
     def task(self, task_id: str) -> TaskSnapshot | None:
@@ -316,12 +377,15 @@ class Store(abc.ABC):
         now: float = 0.0,
         max_wait: float | None = None,
         poll: bool = False,
+        tool_limit: tuple[str, int] | None = None,
     ) -> Grant:
         """Reserve one tool execution of ``fingerprint`` at the task's current revision.
 
         Refused, in this order: stop_requested (stop mark or finished task); same_call (or wait_budget for a poll)
         when the fingerprint already ran ``max_repeats`` times at this revision, or a poll has waited ``max_wait``;
-        tool_budget when the execution limit is reached. A grant counts the execution and the repetition together.
+        tool_limit when ``tool_limit`` = (tool name, max executions of that tool in the task) is reached;
+        tool_budget when the execution limit is reached. A grant counts the execution, the repetition and the
+        tool's own count together (the tool is counted only when ``tool_limit`` is given).
         """
 
     @abc.abstractmethod
@@ -331,6 +395,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         """Replace a reservation of ``reserved`` by the ``actual`` cost."""
+
+    @abc.abstractmethod
+    def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
+        """Reserve tokens against the task's token limits (input, output, total) before a model request; refused
+        (stop_requested, token_budget) if any limit would be exceeded, and then nothing is reserved."""
+
+    @abc.abstractmethod
+    def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
+        """Replace a reservation of ``reserved`` (input, output) tokens by the ``actual`` usage the model reported
+        (counters never go below zero)."""
 
     # --- the operation ledger ---------------------------------------------------------------------------
 
@@ -357,6 +431,7 @@ class Store(abc.ABC):
         *,
         max_repeats: int,
         now: float = 0.0,
+        tool_limit: tuple[str, int] | None = None,
     ) -> WriteReservation:
         """Reserve a write's execution and its operation in one step, before the write runs.
 
@@ -370,7 +445,7 @@ class Store(abc.ABC):
         existing = self.lookup_operation(operation_id)
         if existing is not None and operation_blocks(existing.state, existing.payload, fingerprint):
             return WriteReservation(None, OperationClaim(False, existing))
-        grant = self.reserve_execution(task_id, fingerprint, max_repeats=max_repeats, now=now)
+        grant = self.reserve_execution(task_id, fingerprint, max_repeats=max_repeats, now=now, tool_limit=tool_limit)
         if not grant.granted:
             return WriteReservation(grant, None)
         return WriteReservation(grant, self.reserve_operation(task_id, operation_id, fingerprint, tool, now=now))
@@ -386,6 +461,30 @@ class Store(abc.ABC):
         """Record what the receiving system says about an ``unknown`` operation (committed/not_committed).
 
         Raises :class:`StoreError` if the operation does not exist or is not ``unknown``.
+        """
+
+    @abc.abstractmethod
+    def settle_operation(
+        self,
+        operation_id: str,
+        state: OperationState,
+        result: Any = None,
+        *,
+        expected: OperationState,
+        who: str,
+        why: str,
+        kind: str,
+        now: float = 0.0,
+    ) -> Settlement:
+        """Record an operator's answer about an operation, in one step.
+
+        The operation moves from ``expected`` to ``state`` with ``result`` (``state == expected`` changes nothing:
+        a confirmation); a ``kind`` transition (``reconcile``, ``confirm``, ``correct``) records it with who, why and
+        the operation id; and the operation's task is reopened (status running, stop mark kept, counters untouched)
+        when it finished as ``needs_reconciliation`` and none of its operations is unknown any more.
+
+        Raises :class:`NotFoundError` for an unknown operation, :class:`StateError` when the operation is not in the
+        ``expected`` state (it changed meanwhile); nothing is written then.
         """
 
     # --- results and progress ---------------------------------------------------------------------------
@@ -489,10 +588,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def decide_pause(
-        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+        self,
+        pause_id: str,
+        *,
+        who: str,
+        decisions: dict[str, str],
+        why: str = "",
+        digest: str | None = None,
+        now: float = 0.0,
     ) -> PauseRecord:
-        """Record an operator's approve/reject decisions on a pending pause (``pending`` -> ``decided``), to be
-        applied by the process that resumes it. Serialized by the database: one decision wins.
+        """Record an operator's approve/reject decisions on a pending pause (``pending`` -> ``decided``) with their
+        ``digest``, to be applied by the process that resumes it. Serialized by the database: one decision wins.
 
         Raises :class:`PauseAlreadyResumed` if the pause is not pending any more, :class:`StoreError` if it does
         not exist. Checking that the decisions name the pause's own calls is the caller's rule (``sdk.pauses``).

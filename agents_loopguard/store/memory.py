@@ -21,20 +21,27 @@ from .base import (
     OperationState,
     PauseRecord,
     Progress,
+    Settlement,
     StopMark,
     Store,
     TaskSnapshot,
     TraceEntry,
     TransitionRecord,
     WriteReservation,
+    ensured,
+    operator_text,
 )
 from .rules import (
+    check_answer,
     check_claim,
     check_decide,
     check_reconcile,
     check_recover,
+    check_tokens,
     cost_refusal,
     execution_refusal,
+    reopens,
+    token_refusal,
     turn_refusal,
     unknown_task,
 )
@@ -58,6 +65,8 @@ class _Task:
     models: int = 0
     tools: int = 0
     cost: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
     stalled: int = 0
     status: str = "running"
     stop_reason: str | None = None
@@ -66,10 +75,12 @@ class _Task:
     repeats: dict[str, tuple[int, float]] = field(default_factory=dict)
     """fingerprint -> (executions, first_at) at the current revision only (older revisions are never read again)."""
     seen: set[str] = field(default_factory=set)
+    tool_runs: dict[str, int] = field(default_factory=dict)
+    """tool -> executions in the task (counted for the reservations that name a ``tool_limit``)."""
 
     @property
     def used(self) -> Usage:
-        return Usage(self.models, self.tools, self.cost)
+        return Usage(self.models, self.tools, self.cost, self.input_tokens, self.output_tokens)
 
     def snapshot(self) -> TaskSnapshot:
         return TaskSnapshot(
@@ -147,11 +158,12 @@ class MemoryStore(Store):
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
         with self._lock:
             task = self._tasks.get(task_id)
+            created = task is None
             if task is None:
                 trace: deque[TraceEntry] = deque(maxlen=self.trace_limit)
                 task = _Task(task_id, budget, revision, now, trace, updated_at=now)
                 self._tasks[task_id] = task
-            return task.snapshot()
+            return ensured(task.snapshot(), budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
         with self._lock:
@@ -191,16 +203,28 @@ class MemoryStore(Store):
         now: float = 0.0,
         max_wait: float | None = None,
         poll: bool = False,
+        tool_limit: tuple[str, int] | None = None,
     ) -> Grant:
         with self._lock:
             task = self._task(task_id)
             count, first_at = task.repeats.get(fingerprint, (0, now))
+            runs = task.tool_runs.get(tool_limit[0], 0) if tool_limit is not None else 0
             refusal = execution_refusal(
-                task, count, first_at, max_repeats=max_repeats, now=now, poll=poll, max_wait=max_wait
+                task,
+                count,
+                first_at,
+                max_repeats=max_repeats,
+                now=now,
+                poll=poll,
+                max_wait=max_wait,
+                tool_limit=tool_limit,
+                tool_runs=runs,
             )
             if refusal is not None:
                 return refusal
             task.repeats[fingerprint] = (count + 1, first_at)
+            if tool_limit is not None:
+                task.tool_runs[tool_limit[0]] = runs + 1
             task.tools += 1
             task.updated_at = now
             return Grant(True, None, task.used, task.revision)
@@ -218,6 +242,26 @@ class MemoryStore(Store):
         with self._lock:
             task = self._task(task_id)
             task.cost = max(0.0, task.cost - reserved + actual)
+            return task.used
+
+    def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
+        check_tokens(input_tokens, output_tokens)
+        with self._lock:
+            task = self._task(task_id)
+            refusal = token_refusal(task, input_tokens, output_tokens)
+            if refusal is not None:
+                return refusal
+            task.input_tokens += input_tokens
+            task.output_tokens += output_tokens
+            return Grant(True, None, task.used, task.revision)
+
+    def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
+        check_tokens(*reserved)
+        check_tokens(*actual)
+        with self._lock:
+            task = self._task(task_id)
+            task.input_tokens = max(0, task.input_tokens - reserved[0] + actual[0])
+            task.output_tokens = max(0, task.output_tokens - reserved[1] + actual[1])
             return task.used
 
     # the operation ledger
@@ -254,9 +298,12 @@ class MemoryStore(Store):
         *,
         max_repeats: int,
         now: float = 0.0,
+        tool_limit: tuple[str, int] | None = None,
     ) -> WriteReservation:
         with self._lock:  # the base class's three steps under one lock: atomic for this process's threads
-            return super().reserve_write(task_id, operation_id, fingerprint, tool, max_repeats=max_repeats, now=now)
+            return super().reserve_write(
+                task_id, operation_id, fingerprint, tool, max_repeats=max_repeats, now=now, tool_limit=tool_limit
+            )
 
     def operations(self, task_id: str | None = None) -> list[OperationRecord]:
         with self._lock:
@@ -273,6 +320,43 @@ class MemoryStore(Store):
             record = replace(old, state=state, result=copy.deepcopy(result), updated_at=now)
             self._operations[operation_id] = record
             return record
+
+    def settle_operation(
+        self,
+        operation_id: str,
+        state: OperationState,
+        result: Any = None,
+        *,
+        expected: OperationState,
+        who: str,
+        why: str,
+        kind: str,
+        now: float = 0.0,
+    ) -> Settlement:
+        state, expected = OperationState(state), OperationState(expected)
+        with self._lock:
+            record = check_answer(operation_id, self._operations.get(operation_id), expected)
+            if state is not expected:
+                record = replace(record, state=state, result=copy.deepcopy(result), updated_at=now)
+                self._operations[operation_id] = record
+            task = self._task(record.task_id)
+            unknown_left = any(
+                op.task_id == task.task_id and op.state is OperationState.UNKNOWN for op in self._operations.values()
+            )
+            transition = TransitionRecord.new(
+                task.task_id,
+                kind,
+                who,
+                why,
+                now,
+                from_outcome=copy.deepcopy(task.outcome),
+                operation_id=operation_id,
+            )
+            self._transitions.append(transition)
+            reopened = reopens(task.status, unknown_left)
+            if reopened:
+                task.outcome, task.status, task.updated_at = None, "running", now
+            return Settlement(record, transition, reopened)
 
     # results and progress
 
@@ -325,12 +409,17 @@ class MemoryStore(Store):
             task = self._task(task_id)
             if task.stop_reason is not None:
                 return StopMark(task.snapshot(), False)
-            task.stop_reason = reason or "stop_requested"
+            task.stop_reason = operator_text(reason) or "stop_requested"
             task.updated_at = now
             snapshot = task.snapshot()
             if who is not None:
                 stop = TransitionRecord.new(
-                    task_id, "stop", who, task.stop_reason, now, from_outcome=copy.deepcopy(snapshot.outcome)
+                    task_id,
+                    "stop",
+                    operator_text(who),
+                    task.stop_reason,
+                    now,
+                    from_outcome=copy.deepcopy(snapshot.outcome),
                 )
                 self._transitions.append(stop)
             return StopMark(snapshot, True)
@@ -433,11 +522,20 @@ class MemoryStore(Store):
             return [p for p in self._pauses.values() if task_id is None or p.task_id == task_id]
 
     def decide_pause(
-        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+        self,
+        pause_id: str,
+        *,
+        who: str,
+        decisions: dict[str, str],
+        why: str = "",
+        digest: str | None = None,
+        now: float = 0.0,
     ) -> PauseRecord:
         with self._lock:
             record = check_decide(pause_id, self._pauses.get(pause_id))
-            decided = replace(record, status="decided", decisions=dict(decisions), decided_by=who)
+            decided = replace(
+                record, status="decided", decisions=dict(decisions), decided_by=who, decisions_digest=digest
+            )
             self._pauses[pause_id] = decided
             return decided
 

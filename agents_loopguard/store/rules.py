@@ -8,7 +8,7 @@ calls them on the row that statement saw to *explain* a refusal. The SQL conditi
 rule finds nothing to refuse on that row, the statement lost a race and runs again.
 
 The order is part of the rule: the stop mark (or a finished task) first, then the repetition of the same call (or
-the wait policy of a poll), then the budget.
+the wait policy of a poll), then the tool's own limit (``tool_limit``), then the task's budget.
 
 The operator steps (reconcile an operation, decide or claim a pause, recover a task) are refused by the state of
 what they name; those refusals are errors of the right family, also worded once here (the ``check_*`` functions).
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..budget import Budget
-from ..errors import NotFoundError, StateError
+from ..errors import InputError, NotFoundError, StateError
 from ..outcome import Reason, Usage
 from .base import Grant, OperationRecord, OperationState, PauseAlreadyResumed, PauseRecord
 
@@ -35,13 +35,17 @@ __all__ = [
     "WAITED_PAST_MAX_WAIT",
     "TaskState",
     "TaskView",
+    "check_answer",
     "check_claim",
     "check_decide",
     "check_reconcile",
     "check_recover",
+    "check_tokens",
     "cost_refusal",
     "execution_refusal",
+    "reopens",
     "stop_refusal",
+    "token_refusal",
     "turn_refusal",
     "unknown_task",
 ]
@@ -55,7 +59,7 @@ class TaskView(Protocol):
 
     @property
     def budget(self) -> Budget:
-        """The limits (the rules read model_turns, tool_executions and cost)."""
+        """The limits (the rules read model_turns, tool_executions, cost and the token limits)."""
 
     @property
     def used(self) -> Usage:
@@ -134,18 +138,24 @@ def execution_refusal(
     now: float = 0.0,
     poll: bool = False,
     max_wait: float | None = None,
+    tool_limit: tuple[str, int] | None = None,
+    tool_runs: int = 0,
 ) -> Grant | None:
     """Why one more execution of a call is refused, or None when it may be reserved.
 
     ``repeats`` is how many times the same fingerprint already ran at the task's revision, ``first_at`` when it
-    first did. In order: stop_requested; same_call (wait_budget for a poll) once it ran ``max_repeats`` times; for a
-    poll with ``max_wait``, wait_budget once ``now - first_at`` reached it; tool_budget when no execution is left.
+    first did; ``tool_runs`` how many times the tool of ``tool_limit`` (name, max executions per task) already ran.
+    In order: stop_requested; same_call (wait_budget for a poll) once it ran ``max_repeats`` times; for a poll with
+    ``max_wait``, wait_budget once ``now - first_at`` reached it; tool_limit once the tool ran its maximum;
+    tool_budget when no execution is left.
 
     >>> task = TaskState(Budget(model_turns=0, tool_executions=5), revision=3)
     >>> execution_refusal(task, 1, 0.0, max_repeats=10, now=30.0, poll=True, max_wait=30.0).detail
     'waited past max_wait'
     >>> execution_refusal(task, 10, 0.0, max_repeats=10, poll=True).detail
     'the job is still pending after 10 polls at revision 3 (allowed: 10)'
+    >>> execution_refusal(task, 0, None, max_repeats=2, tool_limit=("send_email", 3), tool_runs=3).detail
+    "the tool 'send_email' already ran 3 times in this task (allowed: 3)"
     """
     refusal = stop_refusal(task)
     if refusal is not None:
@@ -159,6 +169,13 @@ def execution_refusal(
         return _refused(task, Reason.SAME_CALL, detail)
     if poll and max_wait is not None and repeats and first_at is not None and now - first_at >= max_wait:
         return _refused(task, Reason.WAIT_BUDGET, WAITED_PAST_MAX_WAIT)
+    if tool_limit is not None and tool_runs >= tool_limit[1]:
+        tool, allowed = tool_limit
+        return _refused(
+            task,
+            Reason.TOOL_LIMIT,
+            f"the tool {tool!r} already ran {tool_runs} times in this task (allowed: {allowed})",
+        )
     used, limit = task.used.tools, task.budget.tool_executions
     if used >= limit:
         return _refused(task, Reason.TOOL_BUDGET, f"the task has no tool executions left ({used} of {limit} used)")
@@ -186,6 +203,50 @@ def cost_refusal(task: TaskView, amount: float) -> Grant | None:
     return None
 
 
+def check_tokens(input_tokens: int, output_tokens: int) -> tuple[int, int]:
+    """Token amounts to reserve or settle: non-negative ints (a bad amount is an error, never a silent zero).
+
+    >>> check_tokens(-1, 5)
+    Traceback (most recent call last):
+    agents_loopguard.errors.InputError: token amounts are non-negative ints, got input=-1 output=5
+    """
+    for value in (input_tokens, output_tokens):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(
+                f"token amounts are non-negative ints, got input={input_tokens!r} output={output_tokens!r}"
+            )
+    return input_tokens, output_tokens
+
+
+def token_refusal(task: TaskView, input_tokens: int, output_tokens: int) -> Grant | None:
+    """Why reserving tokens is refused (stop_requested, token_budget), or None when they fit every token limit.
+
+    In order: the input limit, the output limit, the total (input and output together); a missing limit always fits.
+
+    >>> task = TaskState(Budget(1, 1, total_tokens=1000), Usage(input_tokens=600, output_tokens=300))
+    >>> token_refusal(task, 50, 100).detail
+    'reserving 150 tokens would exceed the total token budget (1000; used 900)'
+    >>> token_refusal(task, 50, 50) is None
+    True
+    """
+    refusal = stop_refusal(task)
+    if refusal is not None:
+        return refusal
+    budget, used = task.budget, task.used
+    for kind, amount, spent, limit in (
+        ("input", input_tokens, used.input_tokens, budget.input_tokens),
+        ("output", output_tokens, used.output_tokens, budget.output_tokens),
+    ):
+        if limit is not None and spent + amount > limit:
+            detail = f"reserving {amount} {kind} tokens would exceed the {kind} token budget ({limit}; used {spent})"
+            return _refused(task, Reason.TOKEN_BUDGET, detail)
+    total, spent = input_tokens + output_tokens, used.input_tokens + used.output_tokens
+    if budget.total_tokens is not None and spent + total > budget.total_tokens:
+        detail = f"reserving {total} tokens would exceed the total token budget ({budget.total_tokens}; used {spent})"
+        return _refused(task, Reason.TOKEN_BUDGET, detail)
+    return None
+
+
 # --- operator steps refused by the state of what they name ---------------------------------------------------------
 
 
@@ -207,6 +268,34 @@ def check_reconcile(operation_id: str, record: OperationRecord | None) -> Operat
     if record.state is not OperationState.UNKNOWN:
         raise StateError(f"operation {operation_id!r} is {record.state}, not unknown: nothing to reconcile")
     return record
+
+
+def check_answer(operation_id: str, record: OperationRecord | None, expected: OperationState) -> OperationRecord:
+    """The operation, if it is still in the state the operator's answer was decided on; else the error.
+
+    >>> from agents_loopguard.store.base import OperationRecord
+    >>> committed = OperationRecord("op-1", "t", "pay", "fp", OperationState.COMMITTED)
+    >>> check_answer("op-1", committed, OperationState.UNKNOWN)
+    Traceback (most recent call last):
+    agents_loopguard.errors.StateError: operation 'op-1' is committed now, not unknown: it changed meanwhile; look again
+    """
+    if record is None:
+        raise NotFoundError(f"unknown operation {operation_id!r}")
+    if record.state is not OperationState(expected):
+        raise StateError(
+            f"operation {operation_id!r} is {record.state} now, not {expected}: it changed meanwhile; look again"
+        )
+    return record
+
+
+def reopens(status: str, unknown_left: bool) -> bool:
+    """Whether an answer about an operation reopens its task: the task waits for reconciliation and nothing of it
+    is unknown any more (a task in any other state keeps it; ``recover`` is the decision for those).
+
+    >>> reopens("needs_reconciliation", False), reopens("needs_reconciliation", True), reopens("completed", False)
+    (True, False, False)
+    """
+    return status == "needs_reconciliation" and not unknown_left
 
 
 def check_decide(pause_id: str, record: PauseRecord | None) -> PauseRecord:

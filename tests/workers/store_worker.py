@@ -92,6 +92,34 @@ def budget(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"reason": reason}
 
 
+def tool_limit(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Workers share one task; each alternates executions of two tools, one of them limited per task (``limit``),
+    reads and writes alike, until the limited tool is refused; then runs the other tool once more."""
+    store = SQLStore(cfg["url"])
+    task, limit, worker = cfg["task"], ("send_email", cfg["limit"]), cfg["worker"]
+    start_together(cfg)
+    reason = None
+    with open(cfg["log"], "a") as log:
+        for i in range(10**6):
+            if i % 2:
+                reservation = store.reserve_write(
+                    task, f"mail-{worker}-{i}", f"fp-{worker}-{i}", "send_email", max_repeats=2, tool_limit=limit
+                )
+                grant = reservation.grant
+                assert grant is not None
+            else:
+                grant = store.reserve_execution(task, f"fp-{worker}-{i}", max_repeats=2, tool_limit=limit)
+            if not grant.granted:
+                reason = str(grant.reason)
+                break
+            log_line(log, f"send_email {grant.used.tools}")
+        other = store.reserve_execution(task, f"search-{worker}", max_repeats=2, tool_limit=("search", 100))
+        if other.granted:
+            log_line(log, f"search {other.used.tools}")
+    store.close()
+    return {"reason": reason}
+
+
 def stop_loop(cfg: dict[str, Any]) -> dict[str, Any]:
     """Reserve model turns and tool executions in a loop until the task's stop mark refuses one."""
     store = SQLStore(cfg["url"])
@@ -164,7 +192,7 @@ def retry_write(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"answers": answers}
 
 
-MODES = {f.__name__: f for f in (race, budget, stop_loop, stopper, hang_write, retry_write)}
+MODES = {f.__name__: f for f in (race, budget, tool_limit, stop_loop, stopper, hang_write, retry_write)}
 
 
 def main() -> None:

@@ -18,7 +18,9 @@ lose a race, so a guarded read costs two round trips and a guarded write two.
 
 The package, by concern:
 
-- :mod:`.tables`: the SQLModel tables, the schema version and its creation, rows to records;
+- :mod:`.tables`: the SQLModel tables, rows to records;
+- :mod:`.schema`: what a database holds, its schema version, the tables' creation in an empty one;
+- :mod:`.migrate`: ``loopguard migrate``, Alembic's migrations (``agents_loopguard/migrations``) applied to a store;
 - :mod:`.connection`: the URL, the engine, connections per thread, the loop that runs a step atomically;
 - :mod:`.statements`: the Core statements, compiled once per dialect;
 - :mod:`.sqlite`: every step as a transaction of those statements (SQLite's steps, PostgreSQL's cold ones);
@@ -27,10 +29,10 @@ The package, by concern:
 """
 
 from .connection import DEFAULT_URL, ENV_URL, SQLITE_BUSY_TIMEOUT_MS, SQLITE_SYNCHRONOUS, database_url
+from .schema import HEAD_REVISION, MIGRATE_COMMAND, SCHEMA_VERSION
 from .store import SQLStore
 from .tables import (
     METADATA,
-    SCHEMA_VERSION,
     ActivationRow,
     MetaRow,
     OperationRow,
@@ -45,7 +47,9 @@ from .tables import (
 __all__ = [
     "DEFAULT_URL",
     "ENV_URL",
+    "HEAD_REVISION",
     "METADATA",
+    "MIGRATE_COMMAND",
     "SCHEMA_VERSION",
     "SQLITE_BUSY_TIMEOUT_MS",
     "SQLITE_SYNCHRONOUS",

@@ -13,20 +13,23 @@ import contextlib
 import functools
 import os
 import random
+import select
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ...errors import StoreError
-from .tables import check_schema_version, create_schema, schema_version
+from ...errors import NotFoundError, StoreError
+from .faults import connection_lost, database_fault, folder_fault, one_line, open_fault
+from .schema import check_schema_version, create_schema, refuse_unless_empty, survey
 
 __all__ = [
     "DEFAULT_URL",
@@ -112,8 +115,8 @@ def database_url(url: str | URL | None = None) -> URL:
     )
 
 
-def _sqlite_engine(url: URL, echo: bool) -> tuple[Engine, URL, str]:
-    """The engine of a SQLite file (its folder created), the URL without ``synchronous``, and that mode."""
+def _sqlite_url(url: URL) -> tuple[URL, str]:
+    """The URL without ``synchronous``, and that mode (checked)."""
     if sqlite3.sqlite_version_info < (3, 35, 0):
         raise StoreError(
             f"SQLite {sqlite3.sqlite_version} has no RETURNING: agents_loopguard needs SQLite >= 3.35 "
@@ -122,41 +125,89 @@ def _sqlite_engine(url: URL, echo: bool) -> tuple[Engine, URL, str]:
     synchronous = str(url.query.get("synchronous", "WRITES")).upper()
     if synchronous not in SQLITE_SYNCHRONOUS:
         raise StoreError(f"synchronous={synchronous!r}: choose one of {', '.join(SQLITE_SYNCHRONOUS)} (default WRITES)")
-    url = url.difference_update_query(["synchronous"])
-    Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return url.difference_update_query(["synchronous"]), synchronous
+
+
+def _sqlite_connect(path: Path, mode: str) -> sqlite3.Connection:
+    """Open the SQLite file in ``mode`` (rwc: create if missing, rw, ro). A read-only WAL file whose folder cannot
+    hold its shared-memory file is opened ``immutable`` (nothing can write there anyway)."""
+    uri = f"file:{quote(str(path))}?mode={mode}"
+    timeout = _SQLITE_BUSY_HANDLER_MS / 1000
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    if mode != "ro":
+        return conn
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in (8, 14):  # READONLY, CANTOPEN: no -shm, cannot make it
+            raise
+        return sqlite3.connect(f"{uri}&immutable=1", uri=True, timeout=timeout, check_same_thread=False)
+    return conn
+
+
+def _sqlite_engine(url: URL, echo: bool, synchronous: str, *, mode: str) -> Engine:
+    """The engine of a SQLite file opened in ``mode`` (see :func:`_sqlite_connect`)."""
+    path = Path(str(url.database)).expanduser()
     engine = sa.create_engine(
         url,
         echo=echo,
         hide_parameters=True,
         isolation_level="AUTOCOMMIT",
         paramstyle="named",
-        connect_args={"timeout": _SQLITE_BUSY_HANDLER_MS / 1000, "check_same_thread": False},
+        creator=functools.partial(_sqlite_connect, path, mode),
     )
     base = "NORMAL" if synchronous == "WRITES" else synchronous
     event.listen(engine, "connect", functools.partial(_sqlite_on_connect, base))
-    return engine, url, synchronous
+    return engine
+
+
+def _pg_engine(url: URL, echo: bool, name: str, *, readonly: bool) -> Engine:
+    try:
+        engine = sa.create_engine(
+            url, echo=echo, hide_parameters=True, isolation_level="AUTOCOMMIT", pool_pre_ping=True
+        )
+    except ImportError as exc:
+        raise StoreError(
+            f"{name}: PostgreSQL needs the psycopg driver, which is not installed ({exc}): "
+            "pip install 'agents-loopguard[postgres]'"
+        ) from None
+    event.listen(engine, "connect", functools.partial(_pg_on_connect, readonly))
+    return engine
 
 
 class Database:
     """The store's connections (one per thread, kept open between steps) and the loop that runs a step atomically.
 
-    ``name`` is how errors name the store (``SQLStore('url')``, password hidden).
+    ``name`` is how errors name the store (``SQLStore('url')``, password hidden); ``where`` names the database in
+    them (the SQLite file's path, or the URL). ``create``: an empty or missing database may be initialized;
+    ``readonly``: nothing is ever written (SQLite opens the file read-only, PostgreSQL sessions are read-only).
     """
 
-    def __init__(self, url: str | URL | None = None, *, echo: bool = False) -> None:
+    def __init__(
+        self, url: str | URL | None = None, *, echo: bool = False, create: bool = True, readonly: bool = False
+    ) -> None:
         self.url = database_url(url)
         self.backend = self.url.get_backend_name()
         self.postgres = self.backend == "postgresql"
+        self.readonly = readonly
+        self.create = create and not readonly
         self.synchronous: str | None = None
         """SQLite's durability mode (:data:`SQLITE_SYNCHRONOUS`); None on PostgreSQL."""
-        if self.postgres:
-            self.engine = sa.create_engine(
-                self.url, echo=echo, hide_parameters=True, isolation_level="AUTOCOMMIT", pool_pre_ping=True
-            )
-            event.listen(self.engine, "connect", _pg_on_connect)
+        self.path: Path | None = None
+        """The SQLite file; None on PostgreSQL."""
+        if not self.postgres:
+            self.url, self.synchronous = _sqlite_url(self.url)
+            self.path = Path(str(self.url.database)).expanduser()
+        shown = self.url.render_as_string(hide_password=True)
+        self.name = f"SQLStore({shown!r})"
+        self.where = str(self.path) if self.path is not None else shown
+        if self.path is None:
+            self.engine = _pg_engine(self.url, echo, self.name, readonly=readonly)
         else:
-            self.engine, self.url, self.synchronous = _sqlite_engine(self.url, echo)
-        self.name = f"SQLStore({self.url.render_as_string(hide_password=True)!r})"
+            self._prepare_file(self.path)
+            mode = "ro" if readonly else ("rwc" if self.create else "rw")
+            self.engine = _sqlite_engine(self.url, echo, self.synchronous or "WRITES", mode=mode)
         self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
         self._fsync_some = self.synchronous == "WRITES"
         """SQLite WRITES mode: durable steps raise the connection to FULL for their own commit."""
@@ -166,6 +217,19 @@ class Database:
         self._local = threading.local()
         self._connections: list[Connection] = []
         self._connections_lock = threading.Lock()
+
+    def _prepare_file(self, path: Path) -> None:
+        """A store that may create gets the file's folder; one that may not needs the file (nothing is created)."""
+        if path.is_dir():
+            raise StoreError(f"{self.name}: {path} is a folder, not a database file")
+        if not self.create:
+            if not path.is_file():
+                raise NotFoundError(f"no loopguard store at {path}")
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise folder_fault(self.name, path.parent, exc) from None
 
     def close(self) -> None:
         """Close the connections. The store reconnects if used again."""
@@ -185,6 +249,7 @@ class Database:
 
     def write(self, work: Callable[[Any], T], *, durable: bool = False) -> T:
         """A write step of several statements: one transaction on every backend."""
+        self._writable()
         return self.run(work, transaction=True, durable=durable)
 
     def step(self, work: Callable[[Any], T], *, durable: bool = False) -> T:
@@ -194,14 +259,20 @@ class Database:
         the stop mark, an outcome, a pause, a transition): with SQLite's default ``synchronous=WRITES`` its commit is
         fsynced (which makes every earlier commit durable too); the other steps commit without waiting for the disk.
         """
+        self._writable()
         if self.postgres:
             return self.run(work, transaction=False)
         return self.run(work, transaction=True, durable=durable)
 
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"{self.name} is open read-only: open it without readonly=True to change it")
+
     def run(self, work: Callable[[Any], T], *, transaction: bool, durable: bool = False) -> T:
         """Run ``work(cursor)`` as one atomic step: in a transaction (``BEGIN IMMEDIATE`` on SQLite), or as the
         single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race, and
-        (SQLite) waits for the write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`."""
+        (SQLite) waits for the write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database
+        fault is a :class:`~agents_loopguard.errors.StoreError` (the step rolled back)."""
         busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
         attempt = 0
         while True:
@@ -220,17 +291,17 @@ class Database:
                     cur.execute("COMMIT")
                 return result
             except Rollback as stop:
-                if began:
-                    cur.execute("ROLLBACK")
+                self._abort(cur, began)
                 return cast(T, stop.value)
             except LostRace:
-                if began:
-                    cur.execute("ROLLBACK")
-            except self._dbapi_error as exc:
                 self._abort(cur, began)
+            except self._dbapi_error as exc:
+                lost = self._abort(cur, began)
                 if self._busy(exc, began) and time.monotonic() < busy_until:
                     time.sleep(0.001 * random.random())  # another process holds the write lock: try again soon
                     continue
+                if lost:
+                    raise connection_lost(self.name, exc) from exc
                 if not self._retryable(exc):
                     raise self._error(exc) from exc
             except BaseException:
@@ -248,62 +319,78 @@ class Database:
         """SQLite: the write lock (or a read of a file being checkpointed) was not free; nothing was changed."""
         return not self.postgres and not began and getattr(exc, "sqlite_errorcode", None) in (5, 6)  # BUSY, LOCKED
 
-    def _abort(self, cur: Any, began: bool) -> None:
+    def _abort(self, cur: Any, began: bool) -> bool:
+        """End a failed step without its changes; True when its (PostgreSQL) connection was lost under it."""
         if self.postgres and cur.connection.closed:
             self._drop_connection()
-            return
+            return True
         if began:
             try:
                 cur.execute("ROLLBACK")
-            except self._dbapi_error:
+            except self._dbapi_error:  # SQLite rolled back already (a full disk), or the connection is unusable
                 self._drop_connection()
+        return False
 
     def _retryable(self, exc: BaseException) -> bool:
         return self.postgres and getattr(exc, "sqlstate", None) in ("40001", "40P01")  # serialization, deadlock
 
     def _error(self, exc: BaseException) -> StoreError:
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if not self.postgres and "locked" in text:
+        if not self.postgres and getattr(exc, "sqlite_errorcode", None) in (5, 6):
             return StoreError(
                 f"{self.name}: the database stayed locked by another process for "
-                f"{SQLITE_BUSY_TIMEOUT_MS / 1000:.0f} s ({text}); check for a stuck process, or use PostgreSQL "
-                "for many busy workers"
+                f"{SQLITE_BUSY_TIMEOUT_MS / 1000:.0f} s ({one_line(str(exc))}); check for a stuck process, or use "
+                "PostgreSQL for many busy workers"
             )
-        return StoreError(f"{self.name}: {type(exc).__name__}: {text}")
+        return database_fault(self.name, self.where, exc)
 
     # --- connections --------------------------------------------------------------------------------------------------
 
     def cursor(self) -> Any:
         """This thread's DBAPI cursor on a connection kept open between steps (a pool checkout per step costs about
-        as much as a SQLite step). A forked child never uses its parent's connection: it opens its own."""
-        held: tuple[int, Connection, Any] | None = getattr(self._local, "held", None)
+        as much as a SQLite step). A forked child never uses its parent's connection: it opens its own. A
+        PostgreSQL connection that the server closed while it was idle (a killed backend, a restart) is replaced
+        before the step is sent: nothing of the step was sent on it."""
+        held: tuple[int, Connection, Any, Any] | None = getattr(self._local, "held", None)
         pid = os.getpid()
         if held is not None and held[0] == pid and not held[1].closed and not held[1].invalidated:
-            return held[2]
+            if held[3] is None or not held[3].poll(0):
+                return held[2]
+            self._drop_connection()  # the server spoke while the connection was idle: it is closing it
+            held = None
         if held is not None and held[0] != pid:
             self.engine.dispose(close=False)  # the parent's pooled connections stay the parent's
         try:
             conn = self.engine.connect()
-        except SQLAlchemyError as exc:
-            cause = getattr(exc, "orig", None) or exc
-            raise StoreError(f"{self.name}: cannot connect: {str(cause).strip()}") from exc
+        except (SQLAlchemyError, OSError) as exc:
+            raise open_fault(self.name, self.where, exc, path=self.path) from exc
+        try:
+            if not self._ready:
+                self._ensure_schema(conn)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+                conn.close()
+            if isinstance(exc, (SQLAlchemyError, self._dbapi_error)):
+                raise self._error(getattr(exc, "orig", None) or exc) from exc
+            raise
         with self._connections_lock:
             self._connections.append(conn)
-        if not self._ready:
-            self._ensure_schema(conn)
         dbapi: Any = conn.connection.dbapi_connection
+        watch = None
         if self.postgres:
             from psycopg.rows import dict_row
 
             cursor = dbapi.cursor(row_factory=dict_row)
+            watch = select.poll()
+            watch.register(dbapi.pgconn.socket, select.POLLIN)
         else:
             cursor = dbapi.cursor()
             cursor.row_factory = sqlite3.Row
-        self._local.held = (pid, conn, cursor)
+        self._local.held = (pid, conn, cursor, watch)
         return cursor
 
     def _drop_connection(self) -> None:
-        held: tuple[int, Connection, Any] | None = getattr(self._local, "held", None)
+        held: tuple[int, Connection, Any, Any] | None = getattr(self._local, "held", None)
         self._local.held = None
         if held is None:
             return
@@ -315,49 +402,64 @@ class Database:
             held[1].close()
 
     def _ensure_schema(self, conn: Connection) -> None:
+        """Check what the database holds before its first use: a loopguard store of this version is used; an empty
+        database is initialized by a store that may create; anything else is refused, and nothing is changed."""
         with self._ready_lock:
             if self._ready:
                 return
-            version = schema_version(conn)
+            found = self._when_free(lambda: survey(conn))
+            version = found.version
             if version is None:
-                version = create_schema(conn, name=self.name, begin_exclusive=self._begin_when_free)
+                refuse_unless_empty(found, name=self.name, where=self.where, create=self.create)
+                version = create_schema(conn, name=self.name, where=self.where, begin_exclusive=self._begin_when_free)
             check_schema_version(version, name=self.name, env_url=ENV_URL)
+            if not self.postgres and not self.readonly:
+                _wal(conn.connection.dbapi_connection)
             self._ready = True
 
-    def _begin_when_free(self, conn: Connection) -> None:
-        """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
+    def _when_free(self, work: Callable[[], T]) -> T:
+        """SQLite: ``work()``, waiting for another process's lock up to the busy timeout."""
         busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
         while True:
             try:
-                conn.exec_driver_sql(self._begin)
-                return
+                return work()
             except DBAPIError as exc:
                 if exc.orig is None or not self._busy(exc.orig, False) or time.monotonic() > busy_until:
                     raise
                 time.sleep(0.001 * random.random())
+
+    def _begin_when_free(self, conn: Connection) -> None:
+        """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
+        self._when_free(lambda: conn.exec_driver_sql(self._begin))
+
+
+def _wal(dbapi_connection: Any) -> None:
+    """Put a loopguard SQLite file in WAL mode (a property of the file: set once, when the store is created)."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    # switching a file while another connection does the same answers "locked" at once (no busy wait for that lock
+    # upgrade), so wait for it here
+    while True:
+        try:
+            if dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return
+            dbapi_connection.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.002 * random.random())
 
 
 def _sqlite_on_connect(synchronous: str, dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_HANDLER_MS}")
-        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-        # WAL is a property of the file, set once; switching a new file while another connection does the same
-        # answers "locked" at once (no busy wait for that lock upgrade), so wait for it here
-        while True:
-            try:
-                if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-                    break
-                cursor.execute("PRAGMA journal_mode = WAL")
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.002 * random.random())
         cursor.execute(f"PRAGMA synchronous = {synchronous}")  # FULL: the WAL is fsynced at every commit
     finally:
         cursor.close()
 
 
-def _pg_on_connect(dbapi_connection: Any, _record: Any) -> None:
+def _pg_on_connect(readonly: bool, dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.autocommit = True
     dbapi_connection.execute("SET default_transaction_isolation TO 'repeatable read'")
+    if readonly:
+        dbapi_connection.execute("SET default_transaction_read_only TO on")

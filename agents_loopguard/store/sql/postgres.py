@@ -26,11 +26,11 @@ from ..rules import execution_refusal, turn_refusal, unknown_task
 from .connection import LostRace
 from .sqlite import SQLiteSteps
 from .statements import Compiled, Statements, fetch_one
-from .tables import loads, operation, ops, reps, seen, snapshot, task_state, tasks, trace, usage
+from .tables import loads, operation, ops, reps, seen, snapshot, task_state, tasks, tool_runs, trace, usage
 
 __all__ = ["PostgresSteps"]
 
-T, OP, R, TR, S = (x.name for x in (tasks, ops, reps, trace, seen))
+T, OP, R, TR, S, TRN = (x.name for x in (tasks, ops, reps, trace, seen, tool_runs))
 TRACE_COLS = (
     "task_id, seq, kind, tool, args, result_class, revision, models, tools, fingerprint, operation_id, "
     "operation_state, at"
@@ -39,13 +39,27 @@ TRACE_VALS = (
     ":kind, :tool, :args, :result_class, :e_revision, :e_models, :e_tools, :fingerprint, :operation_id, "
     ":operation_state, :at"
 )
-TASK_COLS = "task_id, revision, models, tools, cost, model_turns, tool_executions, stop_reason, status"
+TASK_COLS = (
+    "task_id, revision, models, tools, cost, input_tokens, output_tokens, model_turns, tool_executions, stop_reason, "
+    "status"
+)
 """What a reservation statement reads of the task row (the limits it checks and what a refusal reports)."""
 OK_TASK = "t.stop_reason IS NULL AND t.status = 'running' AND t.tools < t.tool_executions"
-TAIL = (
-    "t.*, u.models AS g_models, u.tools AS g_tools, u.cost AS g_cost, u.revision AS g_revision, "
-    "rep.count AS rep_count, rep.first_at AS rep_first_at"
+GRANTED = (
+    "u.models AS g_models, u.tools AS g_tools, u.cost AS g_cost, u.input_tokens AS g_input_tokens, "
+    "u.output_tokens AS g_output_tokens, u.revision AS g_revision"
 )
+"""The counters after a grant (``g_``), read from the task update ``u``."""
+COUNTERS = "revision, models, tools, cost, input_tokens, output_tokens"
+TAIL = f"t.*, {GRANTED}, rep.count AS rep_count, rep.first_at AS rep_first_at"
+TOOL_FITS = f"COALESCE((SELECT count FROM {TRN} WHERE task_id = :task_id AND tool = :limit_tool), 0) < :tool_max"
+"""A reservation that names a per-tool limit: the tool ran fewer times than allowed (in the statement's snapshot)."""
+TOOL_COUNT = f"""
+    tl AS (
+      INSERT INTO {TRN} (task_id, tool, count) SELECT task_id, :limit_tool, 1 FROM r
+      ON CONFLICT (task_id, tool) DO UPDATE SET count = {TRN}.count + 1
+      RETURNING task_id),"""
+TOOL_SEEN = f"LEFT JOIN {TRN} tlc ON tlc.task_id = t.task_id AND tlc.tool = :limit_tool"
 REP_JOIN = (
     f"LEFT JOIN {R} rep ON rep.task_id = t.task_id AND rep.fingerprint = :fingerprint AND rep.revision = t.revision"
 )
@@ -68,34 +82,36 @@ TURN = f"""
     u AS (
       UPDATE {T} SET models = models + 1, trace_seq = trace_seq + 1, updated_at = :now
       WHERE task_id = :task_id AND stop_reason IS NULL AND status = 'running' AND models < model_turns
-      RETURNING task_id, revision, models, tools, cost, trace_seq),
+      RETURNING task_id, {COUNTERS}, trace_seq),
     tr AS (
       INSERT INTO {TR} (task_id, seq, kind, result_class, revision, models, tools, at)
       SELECT task_id, trace_seq, 'model', 'reserved', revision, models, tools, :now FROM u)
-    SELECT t.*, u.models AS g_models, u.tools AS g_tools, u.cost AS g_cost, u.revision AS g_revision
+    SELECT t.*, {GRANTED}
     FROM t LEFT JOIN u ON true
     """
 
 
-def _execution(wait: bool) -> str:
+def _execution(wait: bool, tool: bool) -> str:
     return f"""
     WITH t AS (SELECT {TASK_COLS} FROM {T} WHERE task_id = :task_id),
-    ok AS (SELECT task_id, revision FROM t WHERE {OK_TASK}),
-    {_repeat("ok", wait)},
+    ok AS (SELECT task_id, revision FROM t WHERE {OK_TASK} {"AND " + TOOL_FITS if tool else ""}),
+    {_repeat("ok", wait)},{TOOL_COUNT if tool else ""}
     u AS (
       UPDATE {T} SET tools = {T}.tools + 1, updated_at = :now FROM r WHERE {T}.task_id = r.task_id
-      RETURNING {T}.revision, {T}.models, {T}.tools, {T}.cost)
-    SELECT {TAIL} FROM t LEFT JOIN u ON true {REP_JOIN}
+      RETURNING {", ".join(f"{T}.{col}" for col in COUNTERS.split(", "))})
+    SELECT {TAIL}{", tlc.count AS tool_runs" if tool else ""} FROM t LEFT JOIN u ON true {REP_JOIN}
+    {TOOL_SEEN if tool else ""}
     """
 
 
-WRITE = f"""
+def _write(tool: bool) -> str:
+    return f"""
     WITH t AS (SELECT {TASK_COLS} FROM {T} WHERE task_id = :task_id),
     o AS (SELECT {OP_COLS} FROM {OP} WHERE operation_id = :operation_id),
     ok AS (
-      SELECT task_id, revision FROM t WHERE {OK_TASK}
+      SELECT task_id, revision FROM t WHERE {OK_TASK} {"AND " + TOOL_FITS if tool else ""}
       AND NOT EXISTS (SELECT 1 FROM o WHERE NOT (o.state = 'not_committed' AND o.payload = :fingerprint))),
-    {_repeat("ok", False)},
+    {_repeat("ok", False)},{TOOL_COUNT if tool else ""}
     ins AS (
       INSERT INTO {OP} ({OP_COLS})
       SELECT :operation_id, :task_id, :tool, :fingerprint, 'unknown', NULL, 1, :now, :now FROM r
@@ -110,22 +126,26 @@ WRITE = f"""
     u AS (
       UPDATE {T} SET tools = tools + 1, updated_at = :now
       WHERE task_id = :task_id AND EXISTS (SELECT 1 FROM c)
-      RETURNING {T}.revision, {T}.models, {T}.tools, {T}.cost)
+      RETURNING {", ".join(f"{T}.{col}" for col in COUNTERS.split(", "))})
     SELECT {TAIL}, (SELECT count(*) FROM r) AS repeated,
-      {OP_OUT.format("o", "o_")}, {OP_OUT.format("c", "c_")}
+      {OP_OUT.format("o", "o_")}, {OP_OUT.format("c", "c_")}{", tlc.count AS tool_runs" if tool else ""}
     FROM (SELECT 1) one LEFT JOIN t ON true LEFT JOIN u ON true {REP_JOIN}
-    LEFT JOIN o ON true LEFT JOIN c ON true
+    LEFT JOIN o ON true LEFT JOIN c ON true {TOOL_SEEN if tool else ""}
     """
+
 
 TASK = f"""
     WITH i AS (
-      INSERT INTO {T} (task_id, model_turns, tool_executions, deadline, cost_limit, models, tools, cost,
+      INSERT INTO {T} (task_id, model_turns, tool_executions, deadline, cost_limit, input_token_limit,
+        output_token_limit, total_token_limit, models, tools, cost, input_tokens, output_tokens,
         revision, stalled, status, trace_seq, created_at, updated_at)
-      VALUES (:task_id, :model_turns, :tool_executions, :deadline, :cost_limit, 0, 0, 0.0,
+      VALUES (:task_id, :model_turns, :tool_executions, :deadline, :cost_limit, :input_token_limit,
+        :output_token_limit, :total_token_limit, 0, 0, 0.0, 0, 0,
         :revision, 0, 'running', 0, :now, :now)
       ON CONFLICT (task_id) DO NOTHING
       RETURNING *)
-    SELECT * FROM i UNION ALL SELECT * FROM {T} WHERE task_id = :task_id AND NOT EXISTS (SELECT 1 FROM i)
+    SELECT *, true AS created FROM i
+    UNION ALL SELECT *, false AS created FROM {T} WHERE task_id = :task_id AND NOT EXISTS (SELECT 1 FROM i)
     """
 
 FINISH = f"""
@@ -158,7 +178,7 @@ def _record(mode: str, with_op: bool, with_seen: bool) -> str:
         f"""u AS (
           UPDATE {T} SET trace_seq = trace_seq + 1, updated_at = :at {_PROGRESS_SET[mode]}
           WHERE task_id = :task_id
-          RETURNING task_id, revision, stalled, models, tools, cost, trace_seq)""",
+          RETURNING task_id, revision, stalled, models, tools, cost, input_tokens, output_tokens, trace_seq)""",
         f"""tr AS (INSERT INTO {TR} ({TRACE_COLS}) SELECT task_id, trace_seq, {TRACE_VALS} FROM u)""",
     ]
     if with_op:
@@ -184,8 +204,10 @@ class PostgresSteps(SQLiteSteps):
         super().__init__(statements)
         c: Callable[[sa.ClauseElement], Compiled] = statements.compile
         self.q_turn = c(sa.text(TURN))
-        self.q_execution = {wait: c(sa.text(_execution(wait))) for wait in (False, True)}
-        self.q_write = c(sa.text(WRITE))
+        self.q_execution = {
+            (wait, tool): c(sa.text(_execution(wait, tool))) for wait in (False, True) for tool in (False, True)
+        }
+        self.q_write = {tool: c(sa.text(_write(tool))) for tool in (False, True)}
         self.q_task = c(sa.text(TASK))
         self.q_finish = c(sa.text(FINISH))
         self.q_trace = c(sa.text(TRACE))
@@ -196,11 +218,11 @@ class PostgresSteps(SQLiteSteps):
             for with_seen in (False, True)
         }
 
-    def ensure_task(self, cur: Any, params: dict[str, Any]) -> TaskSnapshot:
+    def ensure_task(self, cur: Any, params: dict[str, Any]) -> tuple[TaskSnapshot, bool]:
         row = fetch_one(cur, self.q_task, params)
         if row is None:
             raise LostRace  # created by another worker after this statement's snapshot
-        return snapshot(row)
+        return snapshot(row), bool(row["created"])
 
     def reserve_turn(self, cur: Any, params: dict[str, Any]) -> Grant:
         row = fetch_one(cur, self.q_turn, params)
@@ -213,7 +235,7 @@ class PostgresSteps(SQLiteSteps):
     def reserve_execution(self, cur: Any, params: dict[str, Any], *, poll: bool) -> Grant:
         if params["max_repeats"] < 1:
             return self.execution_refusal(cur, self.get_task(cur, params["task_id"]), params, poll=poll)
-        row = fetch_one(cur, self.q_execution[params["max_wait"] is not None], params)
+        row = fetch_one(cur, self.q_execution[(params["max_wait"] is not None, params["tool_max"] is not None)], params)
         if row is None:
             raise unknown_task(params["task_id"])
         if row["g_tools"] is not None:
@@ -222,7 +244,8 @@ class PostgresSteps(SQLiteSteps):
 
     @staticmethod
     def _refusal_seen(row: Any, params: dict[str, Any], *, poll: bool = False) -> Grant | None:
-        """The refusal of the task row and repetition count that the statement's snapshot saw."""
+        """The refusal of the task row, repetition count and tool count that the statement's snapshot saw."""
+        limited = params.get("tool_max") is not None
         return execution_refusal(
             task_state(row),
             int(row["rep_count"] or 0),
@@ -231,6 +254,8 @@ class PostgresSteps(SQLiteSteps):
             now=params["now"],
             poll=poll,
             max_wait=params.get("max_wait"),
+            tool_limit=(params["limit_tool"], params["tool_max"]) if limited else None,
+            tool_runs=int(row["tool_runs"] or 0) if limited else 0,
         )
 
     def reserve_write(self, cur: Any, params: dict[str, Any]) -> WriteReservation:
@@ -240,7 +265,7 @@ class PostgresSteps(SQLiteSteps):
             if existing is not None and operation_blocks(existing["state"], existing["payload"], fingerprint):
                 return WriteReservation(None, OperationClaim(False, operation(existing)))
             return WriteReservation(self.execution_refusal(cur, self.get_task(cur, params["task_id"]), params), None)
-        row = fetch_one(cur, self.q_write, params)
+        row = fetch_one(cur, self.q_write[params["tool_max"] is not None], params)
         if row["o_operation_id"] is not None and operation_blocks(row["o_state"], row["o_payload"], fingerprint):
             return WriteReservation(None, OperationClaim(False, operation(row, "o_")))
         if row["task_id"] is None:

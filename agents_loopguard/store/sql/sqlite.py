@@ -26,18 +26,22 @@ from ..base import (
     OperationState,
     PauseRecord,
     Progress,
+    Settlement,
     StopMark,
     TaskSnapshot,
     TransitionRecord,
     WriteReservation,
 )
 from ..rules import (
+    check_answer,
     check_claim,
     check_decide,
     check_reconcile,
     check_recover,
     cost_refusal,
     execution_refusal,
+    reopens,
+    token_refusal,
     turn_refusal,
     unknown_task,
 )
@@ -46,6 +50,7 @@ from .statements import Statements, execute, fetch_one
 from .tables import (
     activation,
     budget,
+    budget_params,
     encode,
     loads,
     operation,
@@ -77,10 +82,19 @@ class SQLiteSteps:
         task["tools"] -= 1
         return task
 
-    def execution_refusal(self, cur: Any, task: Any, params: dict[str, Any], *, poll: bool = False) -> Grant:
-        """Why the execution was refused, read from ``task`` and its repetition row (else: the step lost a race)."""
+    def execution_refusal(
+        self, cur: Any, task: Any, params: dict[str, Any], *, poll: bool = False, own_repeat: int = 0
+    ) -> Grant:
+        """Why the execution was refused, read from ``task``, its repetition row and its tool's count (else: the step
+        lost a race). ``own_repeat``: this transaction already counted the repetition (about to be rolled back)."""
         rep = fetch_one(cur, self.st.repeat_get, {**params, "revision": task["revision"]})
-        count, first_at = (int(rep["count"]), rep["first_at"]) if rep is not None else (0, None)
+        count, first_at = (int(rep["count"]) - own_repeat, rep["first_at"]) if rep is not None else (0, None)
+        limit: tuple[str, int] | None = None
+        runs = 0
+        if params.get("tool_max") is not None:
+            limit = (params["limit_tool"], params["tool_max"])
+            row = fetch_one(cur, self.st.tool_runs_get, params)
+            runs = int(row["count"]) if row is not None else 0
         return self.explained(
             execution_refusal(
                 task_state(task),
@@ -90,8 +104,20 @@ class SQLiteSteps:
                 now=params["now"],
                 poll=poll,
                 max_wait=params.get("max_wait"),
+                tool_limit=limit,
+                tool_runs=runs,
             )
         )
+
+    def _count_tool(self, cur: Any, params: dict[str, Any], *, poll: bool = False) -> Grant | None:
+        """Count the execution against its tool's limit (when the reservation names one), after the execution and
+        its repetition were counted in this transaction; the refusal if the tool ran its maximum."""
+        if params.get("tool_max") is None:
+            return None
+        if params["tool_max"] >= 1 and fetch_one(cur, self.st.tool_run, params) is not None:
+            return None
+        task = self._before_own_increment(cur, params["task_id"])
+        return self.execution_refusal(cur, task, params, poll=poll, own_repeat=1)
 
     @staticmethod
     def explained(refusal: Grant | None) -> Grant:
@@ -102,9 +128,11 @@ class SQLiteSteps:
 
     # --- tasks and counters -------------------------------------------------------------------------------------------
 
-    def ensure_task(self, cur: Any, params: dict[str, Any]) -> TaskSnapshot:
+    def ensure_task(self, cur: Any, params: dict[str, Any]) -> tuple[TaskSnapshot, bool]:
+        """The task, and whether this step created it."""
         execute(cur, self.st.task_insert, params)
-        return snapshot(self.get_task(cur, params["task_id"]))
+        created = cur.rowcount == 1
+        return snapshot(self.get_task(cur, params["task_id"])), created
 
     def reserve_turn(self, cur: Any, params: dict[str, Any]) -> Grant:
         task_id, now = params["task_id"], params["now"]
@@ -143,6 +171,9 @@ class SQLiteSteps:
         stmt = self.st.repeat_wait if params["max_wait"] is not None else self.st.repeat
         if fetch_one(cur, stmt, {**params, "revision": row["revision"]}) is None:
             raise Rollback(self.execution_refusal(cur, self._before_own_increment(cur, task_id), params, poll=poll))
+        refused = self._count_tool(cur, params, poll=poll)
+        if refused is not None:
+            raise Rollback(refused)
         return Grant(True, None, usage(row), int(row["revision"]))
 
     def reserve_write(self, cur: Any, params: dict[str, Any]) -> WriteReservation:
@@ -164,6 +195,9 @@ class SQLiteSteps:
         if fetch_one(cur, self.st.repeat, {**params, "revision": row["revision"]}) is None:
             task = self._before_own_increment(cur, task_id)
             raise Rollback(WriteReservation(self.execution_refusal(cur, task, params), None))
+        refused = self._count_tool(cur, params)
+        if refused is not None:
+            raise Rollback(WriteReservation(refused, None))
         grant = Grant(True, None, usage(row), int(row["revision"]))
         return WriteReservation(grant, OperationClaim(True, operation(claimed)))
 
@@ -175,6 +209,19 @@ class SQLiteSteps:
 
     def settle_cost(self, cur: Any, params: dict[str, Any]) -> Usage:
         row = fetch_one(cur, self.st.settle, params)
+        if row is None:
+            raise unknown_task(params["task_id"])
+        return usage(row)
+
+    def reserve_tokens(self, cur: Any, params: dict[str, Any]) -> Grant:
+        row = fetch_one(cur, self.st.tokens, params)
+        if row is not None:
+            return Grant(True, None, usage(row), int(row["revision"]))
+        task = task_state(self.get_task(cur, params["task_id"]))
+        return self.explained(token_refusal(task, params["in"], params["out"]))
+
+    def settle_tokens(self, cur: Any, params: dict[str, Any]) -> Usage:
+        row = fetch_one(cur, self.st.settle_tokens, params)
         if row is None:
             raise unknown_task(params["task_id"])
         return usage(row)
@@ -203,6 +250,26 @@ class SQLiteSteps:
         if state is OperationState.UNKNOWN:
             return record
         raise LostRace
+
+    def settle_operation(self, cur: Any, params: dict[str, Any], *, who: str, why: str, kind: str) -> Settlement:
+        operation_id, now = params["operation_id"], params["now"]
+        old = fetch_one(cur, self.st.op, params)
+        record = check_answer(operation_id, operation(old) if old is not None else None, params["expected"])
+        if params["state"] != params["expected"]:
+            row = fetch_one(cur, self.st.op_answer, params)
+            if row is None:
+                raise LostRace  # changed since the read (cannot happen under the write lock)
+            record = operation(row)
+        task = self.get_task(cur, record.task_id)
+        unknown_left = fetch_one(cur, self.st.unknown_of_task, {"task_id": record.task_id}) is not None
+        transition = TransitionRecord.new(
+            record.task_id, kind, who, why, now, from_outcome=loads(task["outcome"]), operation_id=operation_id
+        )
+        execute(cur, self.st.transition_insert, transition_params(transition))
+        reopened = reopens(task["status"], unknown_left)
+        if reopened:
+            execute(cur, self.st.reopen, {"task_id": record.task_id, "now": now})
+        return Settlement(record, transition, reopened)
 
     # --- results and progress -----------------------------------------------------------------------------------------
 
@@ -332,14 +399,6 @@ class SQLiteSteps:
         execute(
             cur,
             self.st.recover,
-            {
-                "task_id": task_id,
-                "model_turns": extended.model_turns,
-                "tool_executions": extended.tool_executions,
-                "deadline": extended.deadline,
-                "cost_limit": extended.cost,
-                "clear_stop": kind == "recover",
-                "now": now,
-            },
+            {"task_id": task_id, **budget_params(extended), "clear_stop": kind == "recover", "now": now},
         )
         return transition

@@ -18,7 +18,7 @@ from sqlalchemy import BigInteger, Table, Text
 from sqlalchemy.engine import Dialect
 
 from ..base import OperationState
-from .tables import acts, ops, pauses, reps, seen, tasks, trace, trans
+from .tables import TOKEN_LIMIT_COLUMNS, acts, ops, pauses, reps, seen, tasks, tool_runs, trace, trans
 
 __all__ = ["Compiled", "Statements", "execute", "fetch_all", "fetch_one"]
 
@@ -71,7 +71,7 @@ def fetch_all(cur: Any, stmt: Compiled, params: dict[str, Any] | None = None) ->
 p = bind
 t, o, r = tasks, ops, reps
 _running = sa.and_(t.c.task_id == p("task_id"), t.c.stop_reason.is_(None), t.c.status == "running")
-_counters = (t.c.revision, t.c.models, t.c.tools, t.c.cost)
+_counters = (t.c.revision, t.c.models, t.c.tools, t.c.cost, t.c.input_tokens, t.c.output_tokens)
 
 
 class Statements:
@@ -101,10 +101,13 @@ class Statements:
                 tool_executions=p("tool_executions"),
                 deadline=p("deadline"),
                 cost_limit=p("cost_limit"),
+                **{name: p(name) for name in TOKEN_LIMIT_COLUMNS},
                 revision=p("revision"),
                 models=0,
                 tools=0,
                 cost=0.0,
+                input_tokens=0,
+                output_tokens=0,
                 stalled=0,
                 status="running",
                 trace_seq=0,
@@ -162,6 +165,49 @@ class Statements:
             .values(cost=sa.case((settled > 0, settled), else_=0.0))
             .returning(*_counters)
         )
+        self._tokens()
+        self._tool_runs()
+
+    def _tokens(self) -> None:
+        c = self.compile
+        add_in, add_out = p("in", type_=BigInteger), p("out", type_=BigInteger)
+        fits = sa.and_(
+            sa.or_(t.c.input_token_limit.is_(None), t.c.input_tokens + add_in <= t.c.input_token_limit),
+            sa.or_(t.c.output_token_limit.is_(None), t.c.output_tokens + add_out <= t.c.output_token_limit),
+            sa.or_(
+                t.c.total_token_limit.is_(None),
+                t.c.input_tokens + t.c.output_tokens + add_in + add_out <= t.c.total_token_limit,
+            ),
+        )
+        self.tokens = c(
+            sa.update(t)
+            .where(_running, fits)
+            .values(input_tokens=t.c.input_tokens + add_in, output_tokens=t.c.output_tokens + add_out)
+            .returning(*_counters)
+        )
+        settled_in = t.c.input_tokens - p("reserved_in", type_=BigInteger) + p("actual_in", type_=BigInteger)
+        settled_out = t.c.output_tokens - p("reserved_out", type_=BigInteger) + p("actual_out", type_=BigInteger)
+        self.settle_tokens = c(
+            sa.update(t)
+            .where(t.c.task_id == p("task_id"))
+            .values(
+                input_tokens=sa.case((settled_in > 0, settled_in), else_=0),
+                output_tokens=sa.case((settled_out > 0, settled_out), else_=0),
+            )
+            .returning(*_counters)
+        )
+
+    def _tool_runs(self) -> None:
+        c, ins, tr = self.compile, self.insert, tool_runs
+        self.tool_run = c(
+            ins(tr)
+            .values(task_id=p("task_id"), tool=p("limit_tool"), count=1)
+            .on_conflict_do_update(
+                index_elements=["task_id", "tool"], set_={"count": tr.c.count + 1}, where=tr.c.count < p("tool_max")
+            )
+            .returning(tr.c.count)
+        )
+        self.tool_runs_get = c(sa.select(tr.c.count).where(tr.c.task_id == p("task_id"), tr.c.tool == p("limit_tool")))
 
     def _trace(self) -> None:
         c, ins, tr = self.compile, self.insert, trace
@@ -270,6 +316,17 @@ class Statements:
             .where(o.c.operation_id == p("op_id"))
             .values(state=p("op_state"), result=p("op_result"), updated_at=p("at"))
         )
+        self.op_answer = c(
+            sa.update(o)
+            .where(o.c.operation_id == p("operation_id"), o.c.state == p("expected"))
+            .values(state=p("state"), result=p("result"), updated_at=p("now"))
+            .returning(o)
+        )
+        self.unknown_of_task = c(
+            sa.select(o.c.operation_id)
+            .where(o.c.task_id == p("task_id"), o.c.state == str(OperationState.UNKNOWN))
+            .limit(1)
+        )
         self.op_reconcile = c(
             sa.update(o)
             .where(o.c.operation_id == p("operation_id"), o.c.state == str(OperationState.UNKNOWN))
@@ -322,9 +379,12 @@ class Statements:
                     "tool_executions",
                     "deadline",
                     "cost_limit",
+                    *TOKEN_LIMIT_COLUMNS,
                     "models",
                     "tools",
                     "cost",
+                    "input_tokens",
+                    "output_tokens",
                     "created_at",
                     "decisions",
                 ],
@@ -339,9 +399,12 @@ class Statements:
                     t.c.tool_executions,
                     t.c.deadline,
                     t.c.cost_limit,
+                    *(t.c[name] for name in TOKEN_LIMIT_COLUMNS),
                     t.c.models,
                     t.c.tools,
                     t.c.cost,
+                    t.c.input_tokens,
+                    t.c.output_tokens,
                     p("now", type_=sa.Float),
                     sa.literal("{}"),
                 ).where(t.c.task_id == p("task_id")),
@@ -352,7 +415,9 @@ class Statements:
         self.pause_decide = c(
             sa.update(ps)
             .where(ps.c.pause_id == p("pause_id"), ps.c.status == "pending")
-            .values(status="decided", decisions=p("decisions"), decided_by=p("who"))
+            .values(
+                status="decided", decisions=p("decisions"), decided_by=p("who"), decisions_digest=p("decisions_digest")
+            )
             .returning(ps)
         )
         self.pause_claim = c(
@@ -380,6 +445,7 @@ class Statements:
                 tool_executions=p("tool_executions"),
                 deadline=p("deadline"),
                 cost_limit=p("cost_limit"),
+                **{name: p(name) for name in TOKEN_LIMIT_COLUMNS},
                 stop_reason=sa.case((p("clear_stop", type_=sa.Boolean), None), else_=t.c.stop_reason),
                 outcome=None,
                 status="running",

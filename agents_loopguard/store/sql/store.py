@@ -20,19 +20,24 @@ from ..base import (
     OperationState,
     PauseRecord,
     Progress,
+    Settlement,
     StopMark,
     Store,
     TaskSnapshot,
     TraceEntry,
     TransitionRecord,
     WriteReservation,
+    ensured,
+    operator_text,
 )
+from ..rules import check_tokens
 from .connection import Database
 from .postgres import PostgresSteps
 from .sqlite import SQLiteSteps
 from .statements import Statements, fetch_all, fetch_one
 from .tables import (
     activation,
+    budget_params,
     dumps,
     encode,
     operation,
@@ -46,30 +51,67 @@ from .tables import (
 __all__ = ["SQLStore"]
 
 
+def _tool_limit(limit: tuple[str, int] | None) -> dict[str, Any]:
+    """The bind values of a per-tool limit (``tool_max`` None: the reservation names none)."""
+    name, allowed = limit if limit is not None else (None, None)
+    return {"limit_tool": name, "tool_max": allowed}
+
+
 class SQLStore(Store):
     """A :class:`~agents_loopguard.store.base.Store` in a SQLite file or a PostgreSQL database, shared by workers.
 
-    ``url`` is a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``); without one,
-    ``$LOOPGUARD_DATABASE_URL``, else ``sqlite:///.loopguard/loopguard.db`` under the working directory (created if
-    missing; ``?synchronous=NORMAL`` trades the durability of the last commits on a power loss for speed). The
-    tables are created on first use; a database written with another schema version is refused.
-    Create one store per process (it keeps a connection per thread that uses it) and :meth:`close` it when done.
-    Lists are oldest first: tasks and operations by creation time (ties by id), the others in insertion order.
+    ``url`` is a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``, which needs the
+    ``[postgres]`` extra); without one, ``$LOOPGUARD_DATABASE_URL``, else ``sqlite:///.loopguard/loopguard.db``
+    under the working directory (``?synchronous=NORMAL`` trades the durability of the last commits on a power loss
+    for speed). Create one store per process (it keeps a connection per thread that uses it) and :meth:`close` it
+    when done. Lists are oldest first: tasks and operations by creation time (ties by id), the others in insertion
+    order.
+
+    What the store does with the database it is given, before its first step:
+
+    * ``create=True`` (the default, for the workers that write): a missing SQLite file (and its folder) is created,
+      and an *empty* database (PostgreSQL: the first schema of the ``search_path``) gets the tables;
+    * ``create=False`` (commands that act on an existing store): nothing is created; a missing SQLite file is
+      :class:`~agents_loopguard.errors.NotFoundError` ``no loopguard store at PATH``, and so is an empty database;
+    * ``readonly=True`` (commands and APIs that only read; implies ``create=False``): nothing is ever written; the
+      SQLite file is opened read-only (``?mode=ro``, so a read-only file or folder can be inspected), PostgreSQL
+      sessions are read-only, and a step that would write is refused with a ``StoreError``;
+    * always: a database that holds other tables but no ``loopguard_meta`` is refused, never stamped; a store of an
+      older schema version is refused with a message naming ``loopguard migrate``, a newer one with a message to
+      upgrade agents_loopguard.
+
+    Every fault of the database or its disk (a path that cannot hold a file, missing permissions, a full disk, a
+    connection lost mid-step, a server that cannot be reached) is a :class:`~agents_loopguard.errors.StoreError`
+    of one line that names the store (the password hidden); the step that failed kept nothing.
 
     >>> import tempfile
     >>> from agents_loopguard import Budget
-    >>> store = SQLStore(f"sqlite:///{tempfile.mkdtemp()}/lg.db")
+    >>> folder = tempfile.mkdtemp()
+    >>> store = SQLStore(f"sqlite:///{folder}/lg.db")
     >>> _ = store.ensure_task("t1", Budget(model_turns=1, tool_executions=1))
     >>> store.reserve_turn("t1").granted, store.reserve_turn("t1").reason
     (True, <Reason.MODEL_BUDGET: 'model_budget'>)
     >>> store.close()
+    >>> with SQLStore(f"sqlite:///{folder}/lg.db", readonly=True) as reader:
+    ...     reader.task("t1").used.models
+    1
+    >>> SQLStore(f"sqlite:///{folder}/typo.db", create=False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    agents_loopguard.errors.NotFoundError: no loopguard store at .../typo.db
     """
 
-    def __init__(self, url: str | URL | None = None, *, echo: bool = False) -> None:
-        self._db = Database(url, echo=echo)
+    def __init__(
+        self, url: str | URL | None = None, *, create: bool = True, readonly: bool = False, echo: bool = False
+    ) -> None:
+        self._db = Database(url, echo=echo, create=create, readonly=readonly)
         postgres = self._db.postgres
         self._st = Statements(self._db.engine.dialect, pg.insert if postgres else lite.insert)
         self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
+
+    @property
+    def readonly(self) -> bool:
+        """True when the store never writes (opened with ``readonly=True``)."""
+        return self._db.readonly
 
     @property
     def url(self) -> URL:
@@ -111,16 +153,9 @@ class SQLStore(Store):
     # --- tasks and counters -------------------------------------------------------------------------------------------
 
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
-        params = {
-            "task_id": task_id,
-            "model_turns": budget.model_turns,
-            "tool_executions": budget.tool_executions,
-            "deadline": budget.deadline,
-            "cost_limit": budget.cost,
-            "revision": revision,
-            "now": now,
-        }
-        return self._db.step(lambda cur: self._steps.ensure_task(cur, params))
+        params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now}
+        task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params))
+        return ensured(task, budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
         row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
@@ -142,6 +177,7 @@ class SQLStore(Store):
         now: float = 0.0,
         max_wait: float | None = None,
         poll: bool = False,
+        tool_limit: tuple[str, int] | None = None,
     ) -> Grant:
         params = {
             "task_id": task_id,
@@ -149,6 +185,7 @@ class SQLStore(Store):
             "max_repeats": max_repeats,
             "now": now,
             "max_wait": max_wait if poll else None,
+            **_tool_limit(tool_limit),
         }
         return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll))
 
@@ -161,6 +198,7 @@ class SQLStore(Store):
         *,
         max_repeats: int,
         now: float = 0.0,
+        tool_limit: tuple[str, int] | None = None,
     ) -> WriteReservation:
         params = {
             "task_id": task_id,
@@ -170,6 +208,7 @@ class SQLStore(Store):
             "tool": tool,
             "max_repeats": max_repeats,
             "now": now,
+            **_tool_limit(tool_limit),
         }
         return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True)
 
@@ -180,6 +219,22 @@ class SQLStore(Store):
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         params = {"task_id": task_id, "reserved": reserved, "actual": actual}
         return self._db.step(lambda cur: self._steps.settle_cost(cur, params))
+
+    def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
+        check_tokens(input_tokens, output_tokens)
+        params = {"task_id": task_id, "in": input_tokens, "out": output_tokens}
+        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params))
+
+    def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
+        (reserved_in, reserved_out), (actual_in, actual_out) = check_tokens(*reserved), check_tokens(*actual)
+        params = {
+            "task_id": task_id,
+            "reserved_in": reserved_in,
+            "reserved_out": reserved_out,
+            "actual_in": actual_in,
+            "actual_out": actual_out,
+        }
+        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params))
 
     # --- the operation ledger -----------------------------------------------------------------------------------------
 
@@ -210,6 +265,29 @@ class SQLStore(Store):
             "now": now,
         }
         return self._db.write(lambda cur: self._steps.reconcile_operation(cur, params), durable=True)
+
+    def settle_operation(
+        self,
+        operation_id: str,
+        state: OperationState,
+        result: Any = None,
+        *,
+        expected: OperationState,
+        who: str,
+        why: str,
+        kind: str,
+        now: float = 0.0,
+    ) -> Settlement:
+        params = {
+            "operation_id": operation_id,
+            "state": str(OperationState(state)),
+            "expected": str(OperationState(expected)),
+            "result": dumps(result),
+            "now": now,
+        }
+        return self._db.write(
+            lambda cur: self._steps.settle_operation(cur, params, who=who, why=why, kind=kind), durable=True
+        )
 
     # --- results and progress -----------------------------------------------------------------------------------------
 
@@ -250,7 +328,8 @@ class SQLStore(Store):
     def set_stop_mark(
         self, task_id: str, reason: str = "stop_requested", *, who: str | None = None, now: float = 0.0
     ) -> StopMark:
-        params = {"task_id": task_id, "reason": reason or "stop_requested", "now": now}
+        params = {"task_id": task_id, "reason": operator_text(reason) or "stop_requested", "now": now}
+        who = operator_text(who) if who is not None else None
         return self._db.write(lambda cur: self._steps.set_stop_mark(cur, params, who), durable=True)
 
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
@@ -316,9 +395,16 @@ class SQLStore(Store):
         return [pause(row) for row in rows]
 
     def decide_pause(
-        self, pause_id: str, *, who: str, decisions: dict[str, str], why: str = "", now: float = 0.0
+        self,
+        pause_id: str,
+        *,
+        who: str,
+        decisions: dict[str, str],
+        why: str = "",
+        digest: str | None = None,
+        now: float = 0.0,
     ) -> PauseRecord:
-        params = {"pause_id": pause_id, "who": who, "decisions": encode(dict(decisions))}
+        params = {"pause_id": pause_id, "who": who, "decisions": encode(dict(decisions)), "decisions_digest": digest}
         return self._db.write(lambda cur: self._steps.decide_pause(cur, params), durable=True)
 
     def claim_pause(

@@ -1,26 +1,19 @@
-"""The store's tables (SQLModel), their schema version and creation, and the conversions of rows to records.
+"""The store's tables (SQLModel) and the conversions of rows to records.
 
-The tables have their own metadata, so an application's ``SQLModel.metadata`` leaves them alone. A database that
-carries another :data:`SCHEMA_VERSION` is refused with a message that says what to do.
+The tables have their own metadata, so an application's ``SQLModel.metadata`` leaves them alone. Their version,
+and what the store does with a database of another one, is :mod:`.schema`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable
 from typing import Any, cast
 
-import sqlalchemy as sa
-from sqlalchemy import BigInteger, Connection, Integer, Table, Text
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite as lite
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import BigInteger, Integer, Table, Text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from ...budget import Budget
-from ...errors import StoreError
 from ...outcome import Reason, Usage
 from ..base import (
     Activation,
@@ -35,7 +28,6 @@ from ..rules import TaskState
 
 __all__ = [
     "METADATA",
-    "SCHEMA_VERSION",
     "ActivationRow",
     "MetaRow",
     "OperationRow",
@@ -43,13 +35,10 @@ __all__ = [
     "RepetitionRow",
     "SeenRow",
     "TaskRow",
+    "ToolRunRow",
     "TraceRow",
     "TransitionRow",
 ]
-
-SCHEMA_VERSION = 1
-"""The version of the tables below; a database that carries another one is refused with a message."""
-
 
 # --- tables -----------------------------------------------------------------------------------------------------
 
@@ -92,6 +81,11 @@ class TaskRow(_Table, table=True):
     models: int = _big(default=0)
     tools: int = _big(default=0)
     cost: float = 0.0
+    input_token_limit: int | None = _big(default=None)
+    output_token_limit: int | None = _big(default=None)
+    total_token_limit: int | None = _big(default=None)
+    input_tokens: int = _big(default=0)
+    output_tokens: int = _big(default=0)
     revision: int = _big(default=0)
     stalled: int = _big(default=0)
     status: str = "running"
@@ -151,6 +145,16 @@ class RepetitionRow(_Table, table=True):
     first_at: float = 0.0
 
 
+class ToolRunRow(_Table, table=True):
+    """How many times a tool executed in a task (counted for the reservations that name a per-tool limit)."""
+
+    __tablename__ = "loopguard_tool_runs"
+    __table_args__ = _COMPACT
+    task_id: str = Field(primary_key=True)
+    tool: str = Field(primary_key=True)
+    count: int = _big(default=0)
+
+
 class SeenRow(_Table, table=True):
     """A cursor or record id a task has seen (pagination cycles)."""
 
@@ -193,11 +197,17 @@ class PauseRow(_Table, table=True):
     models: int = _big(default=0)
     tools: int = _big(default=0)
     cost: float = 0.0
+    input_token_limit: int | None = _big(default=None)
+    output_token_limit: int | None = _big(default=None)
+    total_token_limit: int | None = _big(default=None)
+    input_tokens: int = _big(default=0)
+    output_tokens: int = _big(default=0)
     created_at: float = 0.0
     resumed_at: float | None = None
     resumed_by: str | None = None
     decisions: str = Field(default="{}", sa_type=Text)
     decided_by: str | None = None
+    decisions_digest: str | None = None
 
 
 class TransitionRow(_Table, table=True):
@@ -215,6 +225,7 @@ class TransitionRow(_Table, table=True):
     from_outcome: str | None = _json()
     decisions: str = Field(default="{}", sa_type=Text)
     budget_delta: str = Field(default="{}", sa_type=Text)
+    operation_id: str | None = None
 
 
 def _table(model: type[SQLModel]) -> Table:
@@ -228,60 +239,13 @@ ops = _table(OperationRow)
 trace = _table(TraceRow)
 reps = _table(RepetitionRow)
 seen = _table(SeenRow)
+tool_runs = _table(ToolRunRow)
 acts = _table(ActivationRow)
 pauses = _table(PauseRow)
 trans = _table(TransitionRow)
 # SQLite makes only an INTEGER PRIMARY KEY an auto-numbered rowid; PostgreSQL gets a serial.
 for _t in (acts, pauses, trans):
     _t.c.ordinal.type = BigInteger().with_variant(Integer(), "sqlite")
-
-
-# --- schema -------------------------------------------------------------------------------------------------------
-
-
-def schema_version(conn: Connection) -> str | None:
-    """The schema version the database carries, or None when it has no tables yet."""
-    try:
-        value = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
-    except DBAPIError:
-        return None  # no meta table yet
-    return None if value is None else str(value)
-
-
-def create_schema(conn: Connection, *, name: str, begin_exclusive: Callable[[Connection], None]) -> str:
-    """Create the tables and record :data:`SCHEMA_VERSION`; return the version the database carries after.
-
-    Several workers may do this at once: on PostgreSQL one creates under an advisory lock while the others wait,
-    then see the tables; on SQLite ``begin_exclusive`` takes the write lock (waiting for another process).
-    """
-    postgres = conn.dialect.name == "postgresql"
-    try:
-        if postgres:
-            conn.exec_driver_sql("BEGIN ISOLATION LEVEL READ COMMITTED")  # each statement sees the latest
-            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7295810394)")
-        else:
-            begin_exclusive(conn)
-        METADATA.create_all(conn, checkfirst=True)
-        insert = pg.insert if postgres else lite.insert
-        version = insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
-        conn.execute(version.on_conflict_do_nothing(index_elements=["key"]))
-        value = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one()
-        conn.exec_driver_sql("COMMIT")
-    except DBAPIError as exc:
-        with contextlib.suppress(DBAPIError):
-            conn.exec_driver_sql("ROLLBACK")
-        raise StoreError(f"{name}: cannot create the loopguard tables: {exc.orig}") from exc
-    return str(value)
-
-
-def check_schema_version(version: str, *, name: str, env_url: str) -> None:
-    """Refuse a database written with another schema version, saying what to do."""
-    if version != str(SCHEMA_VERSION):
-        raise StoreError(
-            f"{name} holds agents_loopguard schema version {version}, but this agents_loopguard uses "
-            f"version {SCHEMA_VERSION}. Point the store (or ${env_url}) at a new database, or, once no "
-            "task or operation in it is unfinished, drop its loopguard_* tables to let them be recreated"
-        )
 
 
 # --- values in and out --------------------------------------------------------------------------------------------
@@ -298,24 +262,59 @@ def loads(text: str | None) -> Any:
 
 
 def usage(row: Any, prefix: str = "") -> Usage:
-    return Usage(int(row[prefix + "models"]), int(row[prefix + "tools"]), float(row[prefix + "cost"]))
+    return Usage(
+        int(row[prefix + "models"]),
+        int(row[prefix + "tools"]),
+        float(row[prefix + "cost"]),
+        int(row[prefix + "input_tokens"]),
+        int(row[prefix + "output_tokens"]),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def budget(row: Any) -> Budget:
-    return Budget(int(row["model_turns"]), int(row["tool_executions"]), row["deadline"], row["cost_limit"])
+    return Budget(
+        int(row["model_turns"]),
+        int(row["tool_executions"]),
+        row["deadline"],
+        row["cost_limit"],
+        _count(row["input_token_limit"]),
+        _count(row["output_token_limit"]),
+        _count(row["total_token_limit"]),
+    )
 
 
 def task_state(row: Any) -> TaskState:
     """What the refusal rules read of a task row. A statement's row may carry only the limits its reservation
     checks (model turns, tool executions): the others are then read as absent, and no rule of that step reads them."""
-    keys = row.keys()
+    keys = set(row.keys())
     limits = Budget(
         int(row["model_turns"]),
         int(row["tool_executions"]),
-        row["deadline"] if "deadline" in keys else None,
-        row["cost_limit"] if "cost_limit" in keys else None,
+        *(row[name] if name in keys else None for name in ("deadline", "cost_limit")),
+        *(_count(row[name]) if name in keys else None for name in TOKEN_LIMIT_COLUMNS),
     )
     return TaskState(limits, usage(row), int(row["revision"]), row["status"], row["stop_reason"])
+
+
+TOKEN_LIMIT_COLUMNS = ("input_token_limit", "output_token_limit", "total_token_limit")
+"""The columns of a :class:`~agents_loopguard.budget.Budget`'s token limits (input, output, total), in its order."""
+
+
+def budget_params(limits: Budget) -> dict[str, Any]:
+    """The bind values of a budget's limits, named as the task and pause columns."""
+    return {
+        "model_turns": limits.model_turns,
+        "tool_executions": limits.tool_executions,
+        "deadline": limits.deadline,
+        "cost_limit": limits.cost,
+        "input_token_limit": limits.input_tokens,
+        "output_token_limit": limits.output_tokens,
+        "total_token_limit": limits.total_tokens,
+    }
 
 
 def snapshot(row: Any) -> TaskSnapshot:
@@ -392,6 +391,7 @@ def pause(row: Any) -> PauseRecord:
         resumed_by=row["resumed_by"],
         decisions=json.loads(row["decisions"]),
         decided_by=row["decided_by"],
+        decisions_digest=row["decisions_digest"],
     )
 
 
@@ -407,6 +407,7 @@ def transition(row: Any) -> TransitionRecord:
         from_outcome=loads(row["from_outcome"]),
         decisions=json.loads(row["decisions"]),
         budget_delta=json.loads(row["budget_delta"]),
+        operation_id=row["operation_id"],
     )
 
 
@@ -439,4 +440,5 @@ def transition_params(t: TransitionRecord) -> dict[str, Any]:
         "from_outcome": dumps(t.from_outcome),
         "decisions": encode(dict(t.decisions)),
         "budget_delta": encode(dict(t.budget_delta)),
+        "operation_id": t.operation_id,
     }
