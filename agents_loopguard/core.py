@@ -29,6 +29,7 @@ from typing import Any, Literal
 from .approvals import pause_digest
 from .budget import Budget, Policy
 from .canonical import CanonicalError, canonical_json, fingerprint, redact
+from .errors import StateError
 from .evidence import (
     UNVERIFIED,
     Effect,
@@ -40,7 +41,7 @@ from .evidence import (
     result_status,
 )
 from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
-from .store.base import OperationState, Progress, Store, TraceEntry
+from .store.base import OperationState, Progress, Store, TaskSnapshot, TraceEntry
 from .store.memory import MemoryStore
 
 __all__ = ["Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "create_runner", "parse_call"]
@@ -72,6 +73,8 @@ class Call:
     """For writes: the stable business action ("confirm order 42 at version 3"), never the model's call id."""
     call_id: str | None = None
     """The model's call id, for the trace only."""
+    max_executions: int | None = None
+    """The tool's own limit of executions for the whole task (``None``: only the task's budget bounds it)."""
 
 
 def parse_call(proposal: Any) -> Call | str:
@@ -79,42 +82,37 @@ def parse_call(proposal: Any) -> Call | str:
 
     Returns a short explanation instead when the proposal is not a valid call.
 
-    >>> parse_call({"tool": "search", "kind": "read", "args": {"q": "x"}})
-    Call(tool='search', args={'q': 'x'}, kind='read', operation_id=None, call_id=None)
+    >>> parse_call({"tool": "search", "kind": "read", "args": {"q": "x"}}).args
+    {'q': 'x'}
     >>> parse_call({"tool": "search", "kind": "delete", "args": {}})
     "kind 'delete' is not one of page, poll, read, write"
     """
-    tool: Any
-    args: Any
-    kind: Any
-    op: Any
-    call_id: Any
+    fields: tuple[Any, ...]
     if type(proposal) is not dict and isinstance(proposal, Call):
-        tool, args, kind, op, call_id = (
-            proposal.tool,
-            proposal.args,
-            proposal.kind,
-            proposal.operation_id,
-            proposal.call_id,
-        )
+        fields = (proposal.tool, proposal.args, proposal.kind, proposal.operation_id, proposal.call_id)
+        limit: Any = proposal.max_executions
     elif isinstance(proposal, Mapping):
-        tool, args, kind = proposal.get("tool"), proposal.get("args"), proposal.get("kind")
         op = proposal.get("operation_id", proposal.get("operationId"))
-        call_id = proposal.get("call_id")
+        fields = (proposal.get("tool"), proposal.get("args"), proposal.get("kind"), op, proposal.get("call_id"))
+        limit = proposal.get("max_executions")
     else:
         return f"proposal {type(proposal).__name__} is not a mapping"
+    tool, args, kind, op, call_id = fields
     if not isinstance(tool, str) or not tool:
         return f"tool {tool!r} is not a non-empty string"
     if not isinstance(args, Mapping):
         return f"args {type(args).__name__} is not an object"
     if not isinstance(kind, str) or kind not in KINDS:
         return f"kind {kind!r} is not one of {', '.join(sorted(KINDS))}"
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        return f"max_executions {limit!r} is not an int >= 0"
     return Call(
         tool,
         args,
         kind,  # type: ignore[arg-type]  # checked against KINDS above
         op if isinstance(op, str) else None,  # a non-string id is a missing id, as in the prototype
         call_id if isinstance(call_id, str) else None,
+        limit,
     )
 
 
@@ -177,6 +175,7 @@ class Guard:
         secrets: Iterable[str] = (),
         observer: Observer | None = None,
         fingerprint_key: str | bytes | None = None,
+        strict_budget: bool = False,
     ) -> None:
         self.task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
         self.budget = budget
@@ -195,6 +194,7 @@ class Guard:
         self.outcome: Outcome | None = None
         """The terminal outcome once the guard has ended; every later call returns it."""
         snapshot = self.store.ensure_task(self.task_id, budget, revision=initial_revision, now=self._now())
+        self._check_budget(snapshot, strict=strict_budget)
         self.budget = snapshot.budget
         self.revision = snapshot.revision
         self.used = snapshot.used
@@ -205,6 +205,20 @@ class Guard:
                 raise RecordError(f"task {self.task_id!r}: {exc}") from exc
 
     # --- helpers ------------------------------------------------------------------------------------------
+
+    def _check_budget(self, snapshot: TaskSnapshot, *, strict: bool) -> None:
+        """A task keeps the budget it was created with; a different one passed later is not applied silently."""
+        changes = snapshot.budget_changes()
+        if not changes:
+            return
+        listed = ", ".join(f"{name} {old!r} (asked {new!r})" for name, (old, new) in sorted(changes.items()))
+        message = (
+            f"task {self.task_id!r} keeps its stored budget: {listed}; limits change only by a recorded extension "
+            f"(`loopguard recover {self.task_id} --who ... --why ... --more-turns N`, or recovery.recover(extend=...))"
+        )
+        if strict:
+            raise StateError(message)
+        logger.warning(message, extra={"task_id": self.task_id, "reason": None, "status": None, "tool": None})
 
     def _now(self) -> float:
         return float(self.clock())
@@ -329,19 +343,47 @@ class Guard:
         self._observe("turn.refused", reason=str(grant.reason or Reason.COST_BUDGET))
         return Verdict(Status.STOPPED, grant.reason or Reason.COST_BUDGET, detail)
 
+    def reserve_tokens(self, input_tokens: int, output_tokens: int) -> Verdict | None:
+        """Reserve the worst-case tokens of the next model request (its input estimate and its output bound) against
+        the task's token limits; a refusal is the verdict (``stopped/token_budget``).
+
+        >>> from agents_loopguard import Budget
+        >>> guard = Guard(budget=Budget(5, 5, total_tokens=1_000))
+        >>> guard.reserve_tokens(600, 300) is None, guard.reserve_tokens(100, 100).reason
+        (True, <Reason.TOKEN_BUDGET: 'token_budget'>)
+        """
+        grant = self.store.reserve_tokens(self.task_id, input_tokens, output_tokens)
+        self.used = grant.used
+        if grant.granted:
+            return None
+        reason = grant.reason or Reason.TOKEN_BUDGET
+        self._observe("turn.refused", reason=str(reason))
+        return Verdict(Status.STOPPED, reason, grant.detail or "the task's token limits would be exceeded")
+
+    def settle_tokens(self, reserved: tuple[int, int], actual: tuple[int, int]) -> None:
+        """Replace a token reservation by the usage the model reported (0, 0 for a request that was not served)."""
+        self.used = self.store.settle_tokens(self.task_id, reserved=reserved, actual=actual)
+
     def settle_cost(self, reserved: float, actual: float) -> None:
         """Replace a cost reservation by what the request really cost (0 for a request that was not billed)."""
         self.used = self.store.settle_cost(self.task_id, reserved, actual)
 
     def pause(
-        self, state: str, pending_calls: Sequence[Mapping[str, Any]], *, detail: str = "", result: Any = None
+        self,
+        state: str,
+        pending_calls: Sequence[Mapping[str, Any]],
+        *,
+        detail: str = "",
+        result: Any = None,
+        key: str | bytes | None = None,
     ) -> Outcome:
         """End the task as ``needs_human/approval`` with a stored pause: the serialized run ``state`` and its
         ``pending_calls`` with the task's limits and counters, in one store step (sticky like :meth:`end`;
         ``result`` is the adapter's own result object, kept on the outcome).
 
         The digest of the pause covers the task, the state and the calls (see
-        :func:`agents_loopguard.approvals.pause_digest`); a resume checks it before anything runs.
+        :func:`agents_loopguard.approvals.pause_digest`: an HMAC with ``key`` or ``$LOOPGUARD_PAUSE_KEY``); a resume
+        checks it before anything runs.
 
         >>> from agents_loopguard import Budget, MemoryStore
         >>> store = MemoryStore()
@@ -370,7 +412,7 @@ class Guard:
             pause_id,
             state,
             calls,
-            digest=pause_digest(self.task_id, state, calls),
+            digest=pause_digest(self.task_id, state, calls, key=key),
             outcome=outcome.record().to_dict(),
             now=self._now(),
         )
@@ -439,12 +481,13 @@ class Guard:
         poll = call.kind == "poll"
         retries = self._transient.get(f"{fp}@{self.revision}", 0) if retry_of and retry_of.fingerprint == fp else 0
         max_repeats = (self.policy.max_polls if poll else self.policy.max_same_call) + retries
+        limit = (call.tool, call.max_executions) if call.max_executions is not None else None
         if call.kind == "write":
             assert call.operation_id is not None
             # one store step: the ledger first (no counter moves for a replay, a conflict or an unknown write),
             # then the execution and the operation together
             reservation = self.store.reserve_write(
-                self.task_id, call.operation_id, fp, call.tool, max_repeats=max_repeats, now=at
+                self.task_id, call.operation_id, fp, call.tool, max_repeats=max_repeats, now=at, tool_limit=limit
             )
             granted, claim = reservation.grant, reservation.claim
             if granted is not None:
@@ -468,6 +511,7 @@ class Guard:
                 now=at,
                 max_wait=self.policy.max_wait if poll else None,
                 poll=poll,
+                tool_limit=limit,
             )
             self.used, self.revision = grant.used, max(self.revision, grant.revision)
         if not grant.granted:

@@ -51,7 +51,7 @@ from .errors import LoopguardError
 from .evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from .model_errors import ModelFailure
 from .outcome import Outcome, Reason, Status
-from .pricing import Price
+from .pricing import Price, price_for
 from .retry import NO_RETRY, RetryPolicy, ToolFailure
 from .store.base import Store
 from .store.defaults import default_store
@@ -365,9 +365,15 @@ class ModelAttempt:
     """A model attempt reserved by :meth:`GuardedRun.begin_model_attempt`: send it with this ``tool_choice``."""
 
     tool_choice: Any
+    price: Price | None = None
     reserved_cost: float = 0.0
+    reserved_tokens: tuple[int, int] = (0, 0)
+    """Input and output tokens reserved (the estimate and the output bound), settled with the usage."""
     timeout: float | None = None
     """Seconds left before the task's deadline: the request must not outlive it (``None``: no deadline)."""
+
+    def with_timeout(self, timeout: float | None) -> ModelAttempt:
+        return dataclasses.replace(self, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -430,8 +436,10 @@ def refusal_message(verdict: Verdict) -> str:
 class GuardedRun:
     """The state of one guarded run and every run-level rule. Adapters drive it; it decides.
 
-    ``unwrap_values``: the outcome's value is the tool output (the Agents SDK) rather than the engine's result
-    ``{"status": ..., "output": ...}`` (the raw loop, like :func:`~agents_loopguard.create_runner`).
+    ``prices``: the price table for the cost budget (a request's model is priced with
+    :func:`~agents_loopguard.pricing.price_for`). ``unwrap_values``: the outcome's value is the tool output (the
+    Agents SDK) rather than the engine's result ``{"status": ..., "output": ...}`` (the raw loop, like
+    :func:`~agents_loopguard.create_runner`).
     ``label``: how a call in flight is named in ``Outcome.in_flight``.
     ``reset_forced_function``: a forced function that ran is sent as ``auto`` afterwards (the raw loop; the Agents
     SDK applies its own ``reset_tool_choice`` before the guard sees the settings).
@@ -441,7 +449,8 @@ class GuardedRun:
     on_refusal: OnRefusal = "end"
     release: Release = "none"
     reset_forced_function: bool = False
-    price: Price | None = None
+    prices: Mapping[str, Price] | None = None
+    """Price table of the models (required with a cost budget): each attempt reserves its worst case first."""
     unwrap_values: bool = True
     label: Callable[[Call], str] = call_label
     raises: Callable[[Outcome], Exception] = GuardStopped
@@ -464,17 +473,39 @@ class GuardedRun:
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
-        if self.guard.budget.cost is not None and self.price is None:
+        if self.guard.budget.cost is not None and not self.prices:
             raise ValueError(
-                f"task {self.guard.task_id!r} has a cost budget ({self.guard.budget.cost}): give the run a price "
-                "for its model (prices=...), or the limit could not be enforced"
+                f"task {self.guard.task_id!r} has a cost budget ({self.guard.budget.cost}): give the run the price of "
+                "its models (prices=...), or the limit could not be enforced"
             )
 
+    @property
+    def needs_output_bound(self) -> bool:
+        """A request's output must be bounded: a cost budget, or an output or total token limit."""
+        budget = self.guard.budget
+        return budget.cost is not None or budget.output_tokens is not None or budget.total_tokens is not None
+
     def check_output_bound(self, max_output_tokens: int | None) -> int:
-        """The output bound of a request's worst case; a cost budget cannot be enforced without one."""
-        if self.price is not None and max_output_tokens is None:
-            raise ValueError("the task has a cost budget: give max_output_tokens= to bound each request's worst case")
+        """The output bound of a request's worst case; a cost budget or an output/total token limit cannot be
+        enforced without one (refused at the call, never ignored)."""
+        if self.needs_output_bound and max_output_tokens is None:
+            raise ValueError(
+                "the task has a cost budget or an output/total token limit: give max_output_tokens= "
+                "(ModelSettings(max_tokens=...) with the Agents SDK) to bound each request's worst case"
+            )
         return max_output_tokens or 0
+
+    def price_of(self, model: str | None) -> Price | None:
+        """The price of ``model`` (``None`` without a cost budget); a model the table cannot price is refused."""
+        if self.guard.budget.cost is None or not self.prices:
+            return None
+        price = price_for(self.prices, model) if model else None
+        if price is None:
+            raise ValueError(
+                f"the task has a cost budget and prices= has no entry for model {model!r}: "
+                "the cost of its requests could not be reserved"
+            )
+        return price
 
     # --- decisions the run remembers -----------------------------------------------------------------------
 
@@ -522,35 +553,78 @@ class GuardedRun:
         requested_choice: Any = None,
         *,
         offers_tools: bool = True,
+        model: str | None = None,
         input_tokens: Callable[[], int] | None = None,
         max_output_tokens: int | None = None,
     ) -> ModelAttempt | Verdict:
-        """Reserve one model attempt before it is sent: the worst-case cost (with a price), then the turn (the
-        deadline, the stop mark and the model budget are checked there). A refusal ends the run: the verdict is
-        returned (and remembered); the attempt must not be sent.
+        """Reserve one model attempt before it is sent: its worst-case cost (with a cost budget) and tokens (with
+        token limits), then the turn (the deadline, the stop mark and the model budget are checked there). A refusal
+        ends the run: the verdict is returned (and remembered); the attempt must not be sent.
 
         ``offers_tools``: the request offers tools (its ``tool_choice`` is the guard's then, see
-        :meth:`tool_choice`). ``input_tokens`` estimates the request's input (only called with a price);
-        ``max_output_tokens`` bounds its output.
+        :meth:`tool_choice`). ``model`` names the model for its price. ``input_tokens`` estimates the request's
+        input (called only when something is reserved); ``max_output_tokens`` bounds its output.
         """
         self.drain_interrupted()
         if self.verdict is not None:
             return self.verdict
-        reserved = 0.0
-        if self.price is not None:
-            bound = self.check_output_bound(max_output_tokens)
-            estimate = input_tokens() if input_tokens is not None else 0
-            reserved = self.price.cost(input_tokens=estimate, output_tokens=bound)
-            refused = self.guard.reserve_cost(reserved)
-            if refused is not None:
-                return self.stop(refused)
+        attempt = ModelAttempt(requested_choice)
+        reserved = self._reserve_worst_case(model, input_tokens, max_output_tokens)
+        if isinstance(reserved, Verdict):
+            return self.stop(reserved)
         refused = self.guard.begin_turn()
         if refused is not None:
-            if reserved:
-                self.guard.settle_cost(reserved, 0.0)
+            self._release(reserved)
             return self.stop(refused)
         choice = self.tool_choice(requested_choice) if offers_tools else requested_choice
-        return ModelAttempt(choice, reserved, self.remaining())
+        return dataclasses.replace(
+            attempt, tool_choice=choice, price=reserved[0], reserved_cost=reserved[1], reserved_tokens=reserved[2]
+        ).with_timeout(self.remaining())
+
+    def _reserve_worst_case(
+        self, model: str | None, input_tokens: Callable[[], int] | None, max_output_tokens: int | None
+    ) -> tuple[Price | None, float, tuple[int, int]] | Verdict:
+        price = self.price_of(model)
+        budget = self.guard.budget
+        metered = budget.input_tokens is not None or budget.output_tokens is not None or budget.total_tokens is not None
+        if price is None and not metered:
+            return None, 0.0, (0, 0)
+        bound = self.check_output_bound(max_output_tokens)
+        estimate = input_tokens() if input_tokens is not None else 0
+        cost = price.cost(input_tokens=estimate, output_tokens=bound) if price is not None else 0.0
+        if price is not None and (refused := self.guard.reserve_cost(cost)) is not None:
+            return refused
+        tokens = (estimate, bound) if metered else (0, 0)
+        if metered and (refused := self.guard.reserve_tokens(*tokens)) is not None:
+            if price is not None:
+                self.guard.settle_cost(cost, 0.0)
+            return refused
+        return price, cost, tokens
+
+    def _release(self, reserved: tuple[Price | None, float, tuple[int, int]]) -> None:
+        price, cost, tokens = reserved
+        if price is not None:
+            self.guard.settle_cost(cost, 0.0)
+        if tokens != (0, 0):
+            self.guard.settle_tokens(tokens, (0, 0))
+
+    def end_model_attempt(
+        self, attempt: ModelAttempt, *, usage: tuple[int, int] | None = None, failure: ModelFailure | None = None
+    ) -> None:
+        """Settle a sent attempt: its real cost and tokens (the reported usage; an error response costs nothing, a
+        timeout keeps its worst case) and a model entry in the task's timeline."""
+        if failure is not None:  # an error response is not billed; a lost one may have been served
+            tokens, cost = (attempt.reserved_tokens, attempt.reserved_cost) if failure.billed else ((0, 0), 0.0)
+        elif usage is None:
+            tokens, cost = attempt.reserved_tokens, attempt.reserved_cost
+        else:
+            tokens = usage
+            cost = attempt.price.cost(input_tokens=usage[0], output_tokens=usage[1]) if attempt.price else 0.0
+        if attempt.price is not None:
+            self.guard.settle_cost(attempt.reserved_cost, cost)
+        if attempt.reserved_tokens != (0, 0):
+            self.guard.settle_tokens(attempt.reserved_tokens, tokens)
+        self.guard.record_model_answer("answered" if failure is None else f"error:{failure.label}")
 
     def remaining(self) -> float | None:
         """Seconds left before the task's deadline (``None`` without one): what work in flight may still take."""
@@ -560,21 +634,6 @@ class GuardedRun:
     def deadline_verdict(self, what: str) -> Verdict:
         """The verdict when ``what`` (a model request) was still running at the deadline."""
         return self.stop(Verdict(Status.STOPPED, Reason.DEADLINE, f"the deadline passed during {what}"))
-
-    def end_model_attempt(
-        self, attempt: ModelAttempt, *, usage: tuple[int, int] | None = None, failure: ModelFailure | None = None
-    ) -> None:
-        """Settle a sent attempt: its real cost (the reported usage; an error response costs nothing, a timeout
-        keeps its worst case) and a model entry in the task's timeline."""
-        if self.price is not None:
-            if failure is not None:
-                actual = attempt.reserved_cost if failure.billed else 0.0
-            elif usage is None:
-                actual = attempt.reserved_cost
-            else:
-                actual = self.price.cost(input_tokens=usage[0], output_tokens=usage[1])
-            self.guard.settle_cost(attempt.reserved_cost, actual)
-        self.guard.record_model_answer("answered" if failure is None else f"error:{failure.label}")
 
     def model_error(self, failure: ModelFailure, *, attempts: int | None = None) -> Verdict:
         """The verdict of a model request that failed for good (after the retries that were allowed)."""
@@ -650,15 +709,16 @@ class GuardedRun:
         problem = check(args) if check is not None else None
         if problem is not None:
             return self.refuse_invalid(tool, spec.kind, problem)
+        limit = spec.max_executions
         if spec.kind != "write" or spec.operation_id is None:
-            return Call(tool, args, spec.kind, None, call_id)
+            return Call(tool, args, spec.kind, None, call_id, limit)
         try:
             derived = spec.operation_id(args)
         except Exception as exc:  # the model's arguments lack what names the operation
-            return self._no_operation(Call(tool, args, "write", None, call_id), f"{type(exc).__name__}: {exc}")
+            return self._no_operation(Call(tool, args, "write", None, call_id, limit), f"{type(exc).__name__}: {exc}")
         if isinstance(derived, str) and derived:
-            return Call(tool, args, "write", derived, call_id)
-        return self._no_operation(Call(tool, args, "write", None, call_id), f"it returned {derived!r}")
+            return Call(tool, args, "write", derived, call_id, limit)
+        return self._no_operation(Call(tool, args, "write", None, call_id, limit), f"it returned {derived!r}")
 
     def parse(self, spec: ToolSpec, tool: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | Executed:
         """The model's arguments as a dict, or the refusal the model reads (``invalid_call``); nothing is parsed

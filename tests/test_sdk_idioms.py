@@ -280,3 +280,123 @@ def test_a_write_still_running_at_the_deadline_stays_unknown_and_is_never_resent
     assert started == ["book-9"]
     (operation,) = store.operations("t-deadline")
     assert str(operation.state) == "unknown"
+
+
+# --- budgets like the best: cost and tokens in the SDK adapter, per-tool limits (R2) ------------------------------
+
+
+from agents import ModelSettings  # noqa: E402
+from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
+
+from agents_loopguard.function_calling import GuardedTool, run_chat_completions  # noqa: E402
+from agents_loopguard.pricing import Price  # noqa: E402
+from tests.support.scripted_openai import ScriptedOpenAIServer, Usage, final_text, tool_call  # noqa: E402
+
+PRICES = {"gpt-4o-mini": Price(input_per_million=1_000_000.0, output_per_million=1_000_000.0)}  # 1 per token
+
+
+def http_agent(server: ScriptedOpenAIServer, *, max_tokens: int | None = 50, tools: list[Any] | None = None) -> Any:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    return Agent(
+        name="clerk",
+        model=OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client),
+        model_settings=ModelSettings(max_tokens=max_tokens),
+        tools=tools or [],
+    )
+
+
+def test_r2_the_sdk_adapter_charges_the_cost_budget_reserved_before_and_settled_with_the_usage(store: Store) -> None:
+    with ScriptedOpenAIServer() as server:
+        server.add(final_text("one", usage=Usage(30, 7)))
+        outcome = asyncio.run(
+            run_guarded(
+                http_agent(server), "q", budget=Budget(5, 0, cost=10_000.0), prices=PRICES, store=store, task_id="c1"
+            )
+        )
+        assert outcome.used.cost == 37.0  # settled with the reported usage (30 in, 7 out), 1 per token
+        # a worst case over what is left refuses the next request before it leaves
+        server.add(final_text("two"))
+        tight = Budget(5, 0, cost=60.0)
+        refused = asyncio.run(run_guarded(http_agent(server), "q" * 200, budget=tight, prices=PRICES, store=store))
+        assert (refused.status, refused.reason) == (Status.STOPPED, Reason.COST_BUDGET)
+        assert len(server.requests) == 1
+
+
+def test_r2_token_limits_are_reserved_before_each_request_and_settled_with_the_usage(store: Store) -> None:
+    with ScriptedOpenAIServer() as server:
+        server.add(final_text("one", usage=Usage(30, 7)), final_text("two", usage=Usage(30, 7)))
+        budget = Budget(5, 0, output_tokens=60)
+        first = asyncio.run(run_guarded(http_agent(server), "q", budget=budget, store=store, task_id="tok"))
+        assert (first.used.input_tokens, first.used.output_tokens) == (30, 7)
+        # 7 used + a bound of 50 <= 60: the next request may go; 57 + 50 > 60: it may not
+        store.recover("tok", who="t", why="again", now=1.0)
+        second = asyncio.run(run_guarded(http_agent(server), "q", budget=budget, store=store, task_id="tok"))
+        assert second.used.output_tokens == 14 and len(server.requests) == 2
+        store.recover("tok", who="t", why="again", now=2.0)
+        third = asyncio.run(run_guarded(http_agent(server), "q", budget=budget, store=store, task_id="tok"))
+        assert (third.status, third.reason, len(server.requests)) == (Status.STOPPED, Reason.TOKEN_BUDGET, 2)
+
+
+def test_r2_a_limit_the_run_cannot_enforce_is_refused_before_anything_runs() -> None:
+    with ScriptedOpenAIServer() as server:
+        with pytest.raises(ValueError, match="max_tokens"):
+            asyncio.run(run_guarded(http_agent(server, max_tokens=None), "q", budget=Budget(5, 0, total_tokens=100)))
+        with pytest.raises(ValueError, match="prices="):
+            asyncio.run(run_guarded(http_agent(server), "q", budget=Budget(5, 0, cost=1.0)))
+        with pytest.raises(ValueError, match="no entry for model"):
+            asyncio.run(run_guarded(http_agent(server), "q", budget=Budget(5, 0, cost=1.0), prices={"o3": Price(1, 1)}))
+        assert server.requests == []
+
+
+def test_r2_the_raw_loop_reserves_and_settles_tokens_too() -> None:
+    import openai
+
+    with ScriptedOpenAIServer() as server:
+        server.add(final_text("hi", usage=Usage(12, 3)))
+        with openai.OpenAI(base_url=server.base_url, api_key="test") as client:
+            outcome = run_chat_completions(
+                client,
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": "hi"}],
+                tools=[],
+                budget=Budget(3, 0, total_tokens=1_000),
+                max_output_tokens=20,
+                store=None,
+            )
+    assert (outcome.used.input_tokens, outcome.used.output_tokens) == (12, 3)
+
+
+def test_r2_a_per_tool_limit_holds_for_the_whole_task_across_runs(store: Store) -> None:
+    ran: list[int] = []
+
+    @guarded_tool(max_executions=2, verify=lambda a, out: {"revision": int(a["n"]), "done": False, "effect": "none"})
+    def search(n: int) -> str:
+        """Search (expensive: two per task)."""
+        ran.append(n)
+        return f"hits {n}"
+
+    def agent(*ns: int) -> Agent[Any]:
+        turns = [[function_call("search", {"n": n}, call_id=f"s{n}")] for n in ns]
+        return Agent(name="a", model=ScriptedModel([*turns, [assistant_message("ok")]]), tools=[search])
+
+    first = asyncio.run(run_guarded(agent(1), "q", budget=Budget(10, 10), store=store, task_id="lim"))
+    store.recover("lim", who="t", why="more work", now=1.0)
+    second = asyncio.run(run_guarded(agent(2, 3), "q", budget=Budget(10, 10), store=store, task_id="lim"))
+    assert ran == [1, 2]  # the third search of the task was refused before its body
+    assert first.used.tools == 1 and (second.status, second.reason) == (Status.STOPPED, Reason.TOOL_LIMIT)
+
+
+def test_r2_a_raw_tool_limit_is_enforced_like_the_sdks() -> None:
+    import openai
+
+    calls: list[int] = []
+    tool = GuardedTool("search", lambda n: calls.append(n) or "hit", max_executions=1)
+    with ScriptedOpenAIServer() as server:
+        server.add(tool_call("search", {"n": 1}), tool_call("search", {"n": 2}), final_text("x"))
+        with openai.OpenAI(base_url=server.base_url, api_key="test") as client:
+            outcome = run_chat_completions(
+                client, model="m", messages=[{"role": "user", "content": "q"}], tools=[tool], budget=Budget(5, 5)
+            )
+    assert calls == [1] and (outcome.status, outcome.reason) == (Status.STOPPED, Reason.TOOL_LIMIT)

@@ -70,18 +70,15 @@ def _prepare(
         raise ValueError(f"request_options may not set {clash}: the loop sets them (streaming is not supported)")
     if opts.max_output_tokens is not None and (isinstance(opts.max_output_tokens, bool) or opts.max_output_tokens < 1):
         raise ValueError(f"max_output_tokens must be a positive int, got {opts.max_output_tokens!r}")
-    price = None
-    if opts.prices is not None:
-        price = price_for(opts.prices, model)
-        if price is None:
-            raise ValueError(f"prices= has no entry for model {model!r}")
+    if opts.prices is not None and price_for(opts.prices, model) is None:
+        raise ValueError(f"prices= has no entry for model {model!r}")
     guard = make_guard(guard=opts.guard, budget=opts.budget, store=opts.store, task_id=opts.task_id, policy=opts.policy)
     run = GuardedRun(
         guard,
         on_refusal=opts.on_refusal,
         release=opts.release_tool_choice,
         reset_forced_function=opts.reset_forced_function,
-        price=price,
+        prices=opts.prices,
         unwrap_values=False,
         label=in_flight_label,
     )

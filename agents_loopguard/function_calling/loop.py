@@ -122,6 +122,7 @@ class Loop:
         return self.run.begin_model_attempt(
             requested,
             offers_tools=bool(self.tools),
+            model=self.model,
             input_tokens=lambda: options.estimate_input_tokens(self._request(requested)),
             max_output_tokens=options.max_output_tokens,
         )

@@ -58,6 +58,8 @@ class GuardedTool:
     """Retries of a transient failure without effect (none by default: a side effect is never re-sent blindly)."""
     strict: bool | None = None
     """Sent as the function's ``strict`` flag when set."""
+    max_executions: int | None = None
+    """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The guard's declaration of this tool (checked when the tool is made)."""
 
@@ -69,7 +71,12 @@ class GuardedTool:
         if not isinstance(self.parameters, Mapping):
             raise TypeError(f"tool {self.name!r}: parameters must be a JSON schema object (a mapping)")
         spec = declare_tool(
-            self.name, kind=self.kind, operation_id=self.operation_id, verify=self.verify, retry=self.retry
+            self.name,
+            kind=self.kind,
+            operation_id=self.operation_id,
+            verify=self.verify,
+            retry=self.retry,
+            max_executions=self.max_executions,
         )
         object.__setattr__(self, "spec", spec)
 

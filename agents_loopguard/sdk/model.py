@@ -36,6 +36,7 @@ from agents.tool import Tool
 from ..core import Verdict
 from ..model_errors import ModelFailure, classify_model_error
 from ..outcome import Reason
+from ..pricing import estimate_input_tokens
 from ..retry import NO_RETRY, RetryPolicy
 from ..run import DeadlineExceeded, GuardedRun, ModelAttempt, within_deadline
 from ._internal import ACTIVE_RUN, Halt
@@ -137,7 +138,7 @@ class GuardedModel(Model):
         policy = RetryPolicy(max_retries=_provider_retries(self._inner))
         retry = 0
         while True:  # the client's own retries, taken over: every HTTP attempt is reserved first
-            attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
+            attempt, settings = self._begin(model_settings, tools, handoffs, system_instructions, input)
             try:
                 with provider_managed_retries_disabled(True):
                     response = await within_deadline(
@@ -182,7 +183,7 @@ class GuardedModel(Model):
         policy = RetryPolicy(max_retries=_provider_retries(self._inner))
         retry = 0
         while True:  # retried only before the first event (what the client's own retries could do)
-            attempt, settings = self._begin(model_settings, offers_tools=bool(tools or handoffs))
+            attempt, settings = self._begin(model_settings, tools, handoffs, system_instructions, input)
             usage: tuple[int, int] | None = None
             started = False
             try:
@@ -228,9 +229,36 @@ class GuardedModel(Model):
             return None
         return wait
 
-    def _begin(self, settings: ModelSettings, *, offers_tools: bool) -> tuple[ModelAttempt, ModelSettings]:
-        """Reserve the attempt (a refusal ends the run, never retried) and take the guard's ``tool_choice``."""
-        attempt = self._run.begin_model_attempt(settings.tool_choice, offers_tools=offers_tools)
+    def _begin(
+        self,
+        settings: ModelSettings,
+        tools: list[Tool],
+        handoffs: list[Handoff],
+        instructions: str | None,
+        input: str | list[TResponseInputItem],
+    ) -> tuple[ModelAttempt, ModelSettings]:
+        """Reserve the attempt (its worst-case cost and tokens, then the turn; a refusal ends the run, never
+        retried) and take the guard's ``tool_choice``."""
+
+        def request() -> dict[str, Any]:  # what the prompt is made of, for the input estimate
+            offered = [
+                {
+                    "name": getattr(t, "name", ""),
+                    "description": getattr(t, "description", ""),
+                    "parameters": getattr(t, "params_json_schema", None),
+                }
+                for t in [*tools, *handoffs]
+            ]
+            return {"instructions": instructions, "input": input, "tools": offered}
+
+        name = getattr(self._inner, "model", None)
+        attempt = self._run.begin_model_attempt(
+            settings.tool_choice,
+            offers_tools=bool(tools or handoffs),
+            model=name if isinstance(name, str) else None,
+            input_tokens=lambda: estimate_input_tokens(request()),
+            max_output_tokens=settings.max_tokens,
+        )
         if isinstance(attempt, Verdict):
             raise Halt(attempt)
         if attempt.tool_choice != settings.tool_choice:

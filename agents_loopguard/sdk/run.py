@@ -36,7 +36,7 @@ import dataclasses
 import getpass
 import logging
 import warnings
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 from agents import Agent, RunConfig, Runner, RunState
@@ -64,6 +64,7 @@ from ..budget import Budget, Policy
 from ..core import Guard, Verdict
 from ..model_errors import classify_model_error
 from ..outcome import Outcome, Reason, Status
+from ..pricing import Price
 from ..run import GuardedRun, OnRefusal, Release, make_guard
 from ..store.base import PauseRecord, Store
 from ..store.defaults import default_store
@@ -171,13 +172,14 @@ def _start(
     *,
     on_refusal: OnRefusal,
     release: Release,
+    prices: Mapping[str, Price] | None = None,
 ) -> GuardedRun:
-    """The guarded run of one SDK run: its guard (decisions traced as SDK spans) and the refusal modes."""
+    """The guarded run of one SDK run: its guard (decisions traced as SDK spans), the refusal modes, the prices."""
     install_nested_guard()
     the_guard = make_guard(guard=guard, budget=budget, store=store, task_id=task_id, policy=policy)
     if the_guard.observer is None:  # guard decisions show as spans in the SDK's trace
         the_guard.observer = trace_decision
-    return GuardedRun(the_guard, on_refusal=on_refusal, release=release, raises=GuardStopped)
+    return GuardedRun(the_guard, on_refusal=on_refusal, release=release, raises=GuardStopped, prices=prices)
 
 
 def _entry(
@@ -191,6 +193,7 @@ def _entry(
     who: str | None,
     on_refusal: OnRefusal,
     release: Release,
+    prices: Mapping[str, Price] | None,
 ) -> tuple[GuardedRun, Any]:
     """The run of an entry point and the input to give the SDK: a paused ``RunState`` continues its stored pause
     (its task's guard); a claimed one runs as is; anything else starts or continues the task named."""
@@ -204,7 +207,7 @@ def _entry(
             "run_guarded continues a RunState only from a stored approval pause (state.approve()/reject() on its "
             "interruptions); this state waits for no approval, and running it would start a fresh budget"
         )
-    return _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release), input
+    return _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release, prices=prices), input
 
 
 @dataclasses.dataclass
@@ -218,6 +221,32 @@ class _Prepared:
     """The SDK gives no sign that a ``max_turns`` error handler replaced ``MaxTurnsExceeded``: we mark it."""
 
 
+def _graph(agent: Agent[Any]) -> list[Agent[Any]]:
+    """The agents a run can reach by handoff (``Handoff`` objects resolve at run time and are not followed)."""
+    seen: dict[int, Agent[Any]] = {}
+    todo = [agent]
+    while todo:
+        current = todo.pop()
+        if id(current) not in seen:
+            seen[id(current)] = current
+            todo.extend(h for h in current.handoffs if isinstance(h, Agent))
+    return list(seen.values())
+
+
+def _check_metering(agent: Agent[Any], config: RunConfig, run: GuardedRun) -> None:
+    """A cost budget or token limit the run could not enforce is refused before anything runs: every reachable
+    agent's requests need an output bound (``max_tokens``) and, with a cost budget, a price for their model."""
+    for member in _graph(agent):
+        settings = member.model_settings.resolve(config.model_settings)
+        model = config.model if config.model is not None else member.model
+        name = model if isinstance(model, str) else getattr(getattr(model, "inner", model), "model", None)
+        try:
+            run.check_output_bound(settings.max_tokens)
+            run.price_of(name if isinstance(name, str) else None)
+        except ValueError as exc:
+            raise ValueError(f"agent {member.name!r}: {exc}") from None
+
+
 def _prepare(
     agent: Agent[Any],
     run: GuardedRun,
@@ -228,6 +257,7 @@ def _prepare(
 ) -> _Prepared:
     owned = run_config is None or (isinstance(run_config, dict) and "model_provider" not in run_config)
     config = guard_config(run_config, run)
+    _check_metering(agent, config, run)
     prepared = _Prepared(
         agent=guard_agent(agent),
         run_config=config,
@@ -386,6 +416,7 @@ async def run_guarded(
     release_tool_choice: Release = "none",
     on_pause: OnPause | None = None,
     who: str | None = None,
+    prices: Mapping[str, Price] | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
     hooks: RunHooks[Any] | None = None,
@@ -406,6 +437,10 @@ async def run_guarded(
         release_tool_choice: what replaces a forced ``tool_choice`` once no work remains: ``"none"`` (default, as the
             raw function-calling loop does: the model answers) or ``"auto"``.
         who: who continues a paused ``RunState`` (recorded with the decisions); only used when ``input`` is one.
+        prices: the price table of the models (:class:`~agents_loopguard.pricing.Price` per model name), required
+            with ``Budget(cost=...)``: each model attempt reserves its worst case first (input estimate plus
+            ``ModelSettings.max_tokens``) and settles it with the reported usage. Token limits of the budget need
+            ``ModelSettings.max_tokens`` too; a limit that cannot be enforced is refused before anything runs.
         on_pause: ``on_pause(result, guard) -> pause_id``, called on an approval interruption. Default:
             :func:`~agents_loopguard.sdk.persist_pause` stores the pause in the task's store (resume it with
             :func:`~agents_loopguard.sdk.resume_guarded`); ``lambda result, guard: None`` stores nothing.
@@ -427,7 +462,16 @@ async def run_guarded(
     (<Status.PARTIAL: 'partial'>, <Reason.UNVERIFIED_FINAL: 'unverified_final'>, 'hi')
     """
     run, input = _entry(
-        input, guard, budget, store, task_id, policy, who=who, on_refusal=on_refusal, release=release_tool_choice
+        input,
+        guard,
+        budget,
+        store,
+        task_id,
+        policy,
+        who=who,
+        on_refusal=on_refusal,
+        release=release_tool_choice,
+        prices=prices,
     )
     if run.guard.outcome is not None:
         return run.guard.outcome
@@ -603,6 +647,7 @@ def run_guarded_streamed(
     release_tool_choice: Release = "none",
     on_pause: OnPause | None = None,
     who: str | None = None,
+    prices: Mapping[str, Price] | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
     hooks: RunHooks[Any] | None = None,
@@ -628,7 +673,16 @@ def run_guarded_streamed(
     <Status.PARTIAL: 'partial'>
     """
     run, input = _entry(
-        input, guard, budget, store, task_id, policy, who=who, on_refusal=on_refusal, release=release_tool_choice
+        input,
+        guard,
+        budget,
+        store,
+        task_id,
+        policy,
+        who=who,
+        on_refusal=on_refusal,
+        release=release_tool_choice,
+        prices=prices,
     )
     if run.guard.outcome is not None:
         return GuardedStream(
