@@ -206,7 +206,7 @@ def replayed_while_unknown(store: Store, sent: list[Any]) -> Any:
 
     run = create_runner(
         budget=Budget(model_turns=9, tool_executions=9),
-        ledger=store,
+        store=store,
         task_id="t-dis",
         execute=execute,
         verify=lambda c, r: next(answers),

@@ -7,6 +7,7 @@ file, and for PostgreSQL a ``pg_dump`` of a schema it wrote, loaded into the tes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -208,7 +209,8 @@ def test_a_store_of_a_newer_version_is_neither_used_nor_migrated(tmp_path: Path)
     with pytest.raises(StoreError, match="upgrade agents_loopguard"):
         migrate(url)
     done = loopguard("--json", "--db", url, "migrate", "--dry-run")
-    assert done.returncode == 2 and "newer than this agents_loopguard" in done.stderr
+    assert done.returncode == 2 and "newer than this agents_loopguard" in done.stdout  # --json: the error as JSON
+    assert json.loads(done.stdout)["kind"] == "store"
 
 
 def test_migrate_refuses_a_store_whose_version_table_disagrees_with_its_meta(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def operator_steps(store: SQLStore) -> None:
 
     run = create_runner(
         budget=Budget(model_turns=5, tool_executions=5),
-        ledger=store,
+        store=store,
         task_id="t-pay",
         execute=lost,
         verify=lambda c, r: None,
