@@ -88,21 +88,22 @@ def _options(
 # --- plumbing ---------------------------------------------------------------------------------------------
 
 
-def _open_store(url: str | None) -> Store:
-    """The one place the command opens a store."""
+def _open_store(url: str | None, *, reading: bool) -> Store:
+    """The one place the command opens a store. A command that only reads opens it read-only (it never creates
+    or alters a database, and a read-only file can be inspected); one that acts opens an existing store only."""
     from .store.sql import SQLStore
 
     try:
-        return SQLStore(url)
+        return SQLStore(url, readonly=True) if reading else SQLStore(url, create=False)
     except LoopguardError:
         raise
     except Exception as exc:  # a malformed URL, a missing driver: say which, on one line
         raise StoreError(f"cannot open the store {_shown_url(url)}: {type(exc).__name__}: {exc}") from exc
 
 
-def _store() -> Store:
+def _store(*, reading: bool = False) -> Store:
     if _state.store is None:
-        _state.store = _open_store(_state.url)
+        _state.store = _open_store(_state.url, reading=reading)
     return _state.store
 
 
@@ -209,7 +210,7 @@ def list_tasks(
 ) -> None:
     """List tasks, newest first: status, reason, counters against limits, revision, stop mark."""
     _json_flag(as_json)
-    rows = operator.task_rows(_store(), status=status, limit=limit)
+    rows = operator.task_rows(_store(reading=True), status=status, limit=limit)
 
     def human() -> None:
         if not rows:
@@ -330,7 +331,7 @@ def show(
     """Show one task: counters against limits, timeline, operations, pauses, transitions, next actions."""
     _json_flag(as_json)
     with _listed_by("tasks"):
-        view = operator.task_view(_store(), task_id, limit=limit)
+        view = operator.task_view(_store(reading=True), task_id, limit=limit)
 
     def human() -> None:
         _show_summary(view)
@@ -345,7 +346,7 @@ def record(task_id: str, as_json: JsonFlag = False) -> None:
     """Export the task's recovery record as JSON."""
     _json_flag(as_json)
     with _listed_by("tasks"):
-        data = operator.task_record(_store(), task_id)
+        data = operator.task_record(_store(reading=True), task_id)
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
@@ -366,7 +367,7 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
     """Show a pause: its pending calls, the counters stored with it, its status, whether its digest matches."""
     _json_flag(as_json)
     with _listed_by("pauses"):
-        view = operator.pause_view(_store(), pause_id)
+        view = operator.pause_view(_store(reading=True), pause_id)
 
     def human() -> None:
         _pause_lines(view)
@@ -387,7 +388,7 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
 def list_pauses(as_json: JsonFlag = False) -> None:
     """List the pauses waiting for a decision, with what their task has left."""
     _json_flag(as_json)
-    views = operator.pending_pauses(_store())
+    views = operator.pending_pauses(_store(reading=True))
 
     def human() -> None:
         if not views:

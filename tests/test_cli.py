@@ -216,7 +216,8 @@ def test_recover_from_the_cli_extends_limits_and_keeps_counters(sql_url: str) ->
 
 def test_clear_messages_for_wrong_ids_urls_and_schemas(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'lg.db'}"
-    SQLStore(url).close()
+    with SQLStore(url) as store:
+        store.tasks()  # the store exists (its tables are created on first use)
     missing = loopguard("show", "nope", url=url, check=False)
     assert missing.returncode == 2 and "no task 'nope'" in missing.stderr and "loopguard tasks" in missing.stderr
     assert loopguard("reconcile", "nope", "committed", "--who", "x", url=url, check=False).returncode == 2
@@ -235,7 +236,10 @@ def test_clear_messages_for_wrong_ids_urls_and_schemas(tmp_path: Path) -> None:
         db.execute("UPDATE loopguard_meta SET value = '999' WHERE key = 'schema_version'")
     old = loopguard("tasks", url=url, check=False)
     assert old.returncode == 2 and "version" in old.stderr and "Traceback" not in old.stderr
-    assert "no tasks" in loopguard("tasks", url=f"sqlite:///{tmp_path / 'empty.db'}").stdout
+    # issue 12: a command that only reads never creates a store (it used to create empty.db and say "no tasks")
+    absent = loopguard("tasks", url=f"sqlite:///{tmp_path / 'empty.db'}", check=False)
+    assert absent.returncode == 2 and "no loopguard store at" in absent.stderr
+    assert not (tmp_path / "empty.db").exists()
 
 
 def test_url_from_the_environment(tmp_path: Path) -> None:

@@ -72,3 +72,56 @@ def test_r16_a_worker_that_loses_the_race_to_finish_reports_the_stored_outcome(s
     late = two.end(Verdict(Status.STOPPED, Reason.STOP_REQUESTED, "task already completed"))
     assert (late.status, late.reason, late.detail) == (done.status, done.reason, done.detail)
     assert store.task("t-race").outcome["status"] == "completed"  # type: ignore[union-attr]
+
+
+# --- commands that only read never create or alter anything (issue 12) -------------------------------------------
+
+
+def loopguard_cli(*args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "agents_loopguard", *args], capture_output=True, text=True)
+
+
+def test_a_read_command_on_a_missing_store_says_so_and_creates_nothing(tmp_path: Any) -> None:
+    missing = tmp_path / "typo" / "x.db"
+    done = loopguard_cli("--db", f"sqlite:///{missing}", "tasks")
+    assert done.returncode == 2 and "no loopguard store at" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_read_command_on_an_unrelated_database_refuses_and_leaves_it_unchanged(tmp_path: Any) -> None:
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    before = path.read_bytes()
+    done = loopguard_cli("--db", f"sqlite:///{path}", "tasks")
+    assert done.returncode == 2 and "loopguard" in done.stderr
+    assert path.read_bytes() == before
+    with sqlite3.connect(path) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert tables == ["customers"]
+
+
+def test_a_read_only_store_can_still_be_inspected(tmp_path: Any) -> None:
+    import os
+
+    from agents_loopguard.store import SQLStore
+
+    path = tmp_path / "ro" / "lg.db"
+    path.parent.mkdir()
+    with SQLStore(f"sqlite:///{path}") as store:
+        guard = Guard(budget=Budget(2, 2), store=store, task_id="t-ro")
+        guard.end(Verdict(Status.STOPPED, Reason.MODEL_BUDGET, "limit"))
+    os.chmod(path, 0o444)
+    os.chmod(path.parent, 0o555)
+    try:
+        shown = loopguard_cli("--db", f"sqlite:///{path}", "--json", "show", "t-ro")
+        assert shown.returncode == 0, shown.stderr
+        assert '"t-ro"' in shown.stdout
+    finally:
+        os.chmod(path.parent, 0o755)
