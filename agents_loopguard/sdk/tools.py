@@ -37,7 +37,7 @@ from agents import (
 )
 from agents.exceptions import UserError
 from agents.function_schema import DocstringStyle
-from agents.tool import ToolErrorFunction, ToolTimeoutBehavior
+from agents.tool import ToolErrorFunction, ToolFunction, ToolTimeoutBehavior
 from agents.tool_context import ToolContext
 
 from ..core import Kind
@@ -216,7 +216,7 @@ def tool_spec(tool: FunctionTool) -> ToolSpec | None:
 
 @overload
 def guarded_tool(
-    func: Callable[..., Any],
+    func: ToolFunction[...],
     /,
     *,
     kind: Kind = "read",
@@ -269,11 +269,11 @@ def guarded_tool(
     allowed_callers: list[ToolCaller] | None = None,
     output_type: Any | None = None,
     output_json_schema: dict[str, Any] | None = None,
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+) -> Callable[[ToolFunction[...]], FunctionTool]: ...
 
 
 def guarded_tool(
-    func: Callable[..., Any] | None = None,
+    func: ToolFunction[...] | None = None,
     /,
     *,
     kind: Kind = "read",
@@ -284,7 +284,7 @@ def guarded_tool(
     description_override: str | None = None,
     docstring_style: DocstringStyle | None = None,
     use_docstring_info: bool = True,
-    failure_error_function: ToolErrorFunction | None = _UNSET_FAILURE,
+    failure_error_function: ToolErrorFunction | object | None = _UNSET_FAILURE,
     strict_mode: bool = True,
     is_enabled: _IsEnabled = True,
     needs_approval: _NeedsApproval = False,
@@ -298,7 +298,7 @@ def guarded_tool(
     allowed_callers: list[ToolCaller] | None = None,
     output_type: Any | None = None,
     output_json_schema: dict[str, Any] | None = None,
-) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+) -> FunctionTool | Callable[[ToolFunction[...]], FunctionTool]:
     """``@function_tool`` with a guard declaration: every ``function_tool`` keyword, with its default and meaning,
     plus the guard's own.
 
@@ -349,7 +349,7 @@ def guarded_tool(
         "output_json_schema": output_json_schema,
     }
 
-    def decorate(the_func: Callable[..., Any]) -> FunctionTool:
+    def decorate(the_func: ToolFunction[...]) -> FunctionTool:
         name = name_override or str(getattr(the_func, "__name__", "tool"))
         spec = _spec(kind, operation_id, verify, max_executions, name=name)
         return _decorated(the_func, spec, options)
