@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import agents
 import pytest
-from agents import RunContextWrapper, function_tool
+from agents import Agent, RunContextWrapper, function_tool
 from agents.exceptions import ToolTimeoutError, UserError
+from agents.testing import ScriptedModel, assistant_message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -303,6 +305,29 @@ def test_a_plain_function_tool_is_guarded_as_an_undeclared_read() -> None:
     assert (first.output, first.verdict, first.guard.used.tools) == ("a", None, 1)
     second = call_tool_sync(plain, {"q": "b"}, guard=first.guard)
     assert second.outcome is not None and second.outcome.reason is Reason.NO_PROGRESS  # nobody verifies it
+
+
+def test_a_tool_that_needs_approval_is_called_as_if_approved() -> None:
+    sent: list[int] = []
+
+    @guarded_tool(kind="write", operation_id=lambda a: f"pay-{a['order']}", verify=lambda a, out: COMMITTED)
+    def pay(order: int) -> str:
+        """Pay."""
+        sent.append(order)
+        return "paid"
+
+    approved = dataclasses.replace(pay, needs_approval=True)
+    assert (call_tool_sync(approved, {"order": 3}).output, sent) == ("paid", [3])
+
+
+def test_an_agent_used_as_a_tool_counts_its_model_turns_against_the_same_task() -> None:
+    inner = Agent(name="researcher", model=ScriptedModel([[assistant_message("42 results")]]))
+    tool = inner.as_tool(tool_name="research", tool_description="Research a question.")
+    result = call_tool_sync(tool, {"input": "how many?"}, budget=Budget(model_turns=3, tool_executions=3))
+    assert (result.output, result.verdict) == ("42 results", None)
+    assert (result.guard.used.models, result.guard.used.tools) == (1, 1)
+    broke = call_tool_sync(tool, {"input": "again"}, budget=Budget(model_turns=0, tool_executions=3))
+    assert broke.outcome is not None and broke.outcome.reason is Reason.MODEL_BUDGET
 
 
 def test_misuse_gets_a_clear_error() -> None:
