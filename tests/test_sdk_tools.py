@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import collections.abc
+import copy as copy_module
+import dataclasses
 import functools
+import inspect
 import threading
+import types
+import typing
 from typing import Any
 
 import agents
+import agents.tool
 import pytest
 from agents import Agent, FunctionTool, ModelSettings, RunContextWrapper, function_tool
 from agents.exceptions import UserError
@@ -16,6 +24,7 @@ from pydantic import BaseModel
 
 from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
 from agents_loopguard.sdk import current_guard, guard_tool, guarded_tool, run_guarded, tool_spec
+from agents_loopguard.sdk import tools as tools_module
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -99,6 +108,64 @@ def test_bare_decorator_and_sync_timeout_rule_match_function_tool() -> None:
         function_tool(weather, timeout=1)
     with pytest.raises(ValueError, match="only supported for async"):
         guarded_tool(timeout=1)(weather)
+
+
+GUARD_KEYWORDS = ["kind", "operation_id", "verify", "max_executions"]
+
+
+def _normalized(tp: Any) -> Any:
+    """A type compared by meaning: unions as sets, ``X[Any]`` as the bare ``X``."""
+    if isinstance(tp, list):  # the parameters of a Callable
+        return tuple(_normalized(a) for a in tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return frozenset(_normalized(a) for a in args)
+    if origin is None or not args:
+        return tp
+    if all(a is Any for a in args) and origin not in (list, dict, tuple, collections.abc.Callable):
+        return origin
+    return (origin, tuple(_normalized(a) for a in args))
+
+
+def test_guarded_tool_names_every_function_tool_keyword_with_its_default_and_type() -> None:
+    sdk = inspect.signature(function_tool).parameters
+    ours = inspect.signature(guarded_tool).parameters
+    keywords = [name for name, p in sdk.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert [name for name in keywords if name not in ours] == [], "function_tool keywords guarded_tool lacks"
+    assert [name for name, p in ours.items() if p.kind is p.KEYWORD_ONLY and name not in sdk] == GUARD_KEYWORDS
+    for name in keywords:
+        assert ours[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert ours[name].default is sdk[name].default or ours[name].default == sdk[name].default, name
+    # the types, resolved (the SDK imports AgentBase for type checkers only: resolve it from the package)
+    sdk_types = typing.get_type_hints(function_tool, globalns={**vars(agents), **vars(agents.tool)})
+    our_types = typing.get_type_hints(guarded_tool)
+    for name in ["func", *keywords]:
+        assert _normalized(our_types[name]) == _normalized(sdk_types[name]), name
+    assert _normalized(int | None) != _normalized(str | None)  # the comparison can tell types apart
+
+
+def test_both_overloads_of_guarded_tool_name_every_keyword() -> None:
+    """What IDEs and type checkers read: the overloads, not the implementation."""
+    tree = ast.parse(inspect.getsource(tools_module))
+    defs = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "guarded_tool"]
+    implementation = [a.arg for a in defs[-1].args.kwonlyargs]
+    assert len(defs) == 3 and implementation == list(inspect.signature(guarded_tool).parameters)[1:]
+    for overload in defs[:-1]:
+        assert [d.id for d in overload.decorator_list if isinstance(d, ast.Name)] == ["overload"]
+        assert [a.arg for a in overload.args.kwonlyargs] == implementation
+        assert all(a.annotation is not None for a in overload.args.kwonlyargs)
+
+
+def test_max_executions_is_declared_by_both_ways_of_guarding() -> None:
+    declared = guarded_tool(max_executions=2)(aweather)
+    assert tool_spec(declared).max_executions == 2  # type: ignore[union-attr]
+    assert tool_spec(guard_tool(function_tool(aweather), max_executions=0)).max_executions == 0  # type: ignore[union-attr]
+    assert tool_spec(guarded_tool(aweather)).max_executions is None  # type: ignore[union-attr]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="max_executions must be an int >= 0"):
+            guarded_tool(max_executions=bad)(aweather)  # type: ignore[call-overload]
+        with pytest.raises(ValueError, match="max_executions must be an int >= 0"):
+            guard_tool(function_tool(aweather), max_executions=bad)  # type: ignore[arg-type]
 
 
 def test_declarations_are_checked_when_the_tool_is_made() -> None:
@@ -263,6 +330,111 @@ def test_a_guarded_tool_outside_a_guarded_run_says_what_to_do() -> None:
     agent = Agent(name="a", model=calls([function_call("search", {"q": "x"}, call_id="c1")]), tools=[search])
     with pytest.raises(UserError, match="outside a guarded run: run the agent with"):
         asyncio.run(Runner.run(agent, "go"))
+
+
+# --- the failure policy is the invoked tool's -------------------------------------------------------------
+
+
+class Backend:
+    """A callable object: the SDK adapts it, so the guard wraps its whole invoker."""
+
+    def __init__(self, ran: list[str]) -> None:
+        self.ran = ran
+
+    async def __call__(self, q: str) -> str:
+        """Ask the backend."""
+        self.ran.append(q)
+        raise RuntimeError("backend down")
+
+
+def _failing_tools(ran: list[str]) -> dict[str, FunctionTool]:
+    async def backend(q: str) -> str:
+        """Ask the backend."""
+        ran.append(q)
+        raise RuntimeError("backend down")
+
+    return {
+        "guarded_tool": guarded_tool(backend),
+        "guard_tool": guard_tool(function_tool(backend)),
+        "callable object": guarded_tool(name_override="backend")(Backend(ran)),
+    }
+
+
+def _with_policy(tool: FunctionTool, policy: Any) -> FunctionTool:
+    """A copy with another failure policy, as openai-agents 0.24 spells it (``failure_error_function`` is stored in
+    private fields: its own tests copy tools this way)."""
+    return dataclasses.replace(tool, _failure_error_function=policy, _use_default_failure_error_function=False)
+
+
+def _told(model: ScriptedModel) -> list[str]:
+    return [
+        i["output"] for i in model.calls[1].input if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+
+
+@pytest.mark.parametrize("made_by", ["guarded_tool", "guard_tool", "callable object"])
+def test_a_copy_with_another_failure_error_function_formats_errors_its_way(made_by: str) -> None:
+    ran: list[str] = []
+    original = _failing_tools(ran)[made_by]
+
+    async def apologise(_ctx: RunContextWrapper[Any], error: Exception) -> str:
+        return f"sorry: {error}"
+
+    copy = _with_policy(original, apologise)
+    assert tool_spec(copy) == tool_spec(original)
+    told = {}
+    for label, tool in (("copy", copy), ("original", original)):
+        model = calls([function_call("backend", {"q": label}, call_id="c1")])
+        outcome = run(Agent(name="a", model=model, tools=[tool]), on_refusal="continue")
+        assert (outcome.status, outcome.reason, outcome.used.tools) == (Status.PARTIAL, Reason.UNVERIFIED_FINAL, 1)
+        told[label] = _told(model)
+    assert told == {
+        "copy": ["sorry: backend down"],
+        "original": ["An error occurred while running the tool. Please try again."],
+    }
+    assert ran == ["copy", "original"]
+
+
+@pytest.mark.parametrize("made_by", ["guarded_tool", "guard_tool", "callable object"])
+def test_a_copy_with_failure_error_function_none_re_raises_and_the_run_ends_with_the_failure(made_by: str) -> None:
+    ran: list[str] = []
+    original = _failing_tools(ran)[made_by]
+    raising = _with_policy(original, None)
+    store = MemoryStore()
+    model = calls([function_call("backend", {"q": "x"}, call_id="c1")])
+    outcome = run(Agent(name="a", model=model, tools=[raising]), on_refusal="continue", store=store, task_id="t")
+    # the guard recorded the body's failure before the SDK re-raised it: the outcome, never a crash
+    assert (outcome.status, outcome.reason, outcome.used.tools, ran) == (
+        Status.STOPPED,
+        Reason.EXECUTOR_EXCEPTION,
+        1,
+        ["x"],
+    )
+    assert len(model.calls) == 1 and "RuntimeError" in outcome.detail
+    assert store.task("t").outcome["reason"] == "executor_exception"  # type: ignore[index,union-attr]
+    # and the original keeps its own policy: the model reads the SDK's message and the run goes on
+    model = calls([function_call("backend", {"q": "y"}, call_id="c1")])
+    outcome = run(Agent(name="a", model=model, tools=[original]), on_refusal="continue")
+    assert (outcome.status, _told(model)) == (
+        Status.PARTIAL,
+        ["An error occurred while running the tool. Please try again."],
+    )
+
+
+def test_guarding_a_tool_keeps_its_failure_policy_and_a_copy_of_a_copy_keeps_following() -> None:
+    def shout(_ctx: RunContextWrapper[Any], error: Exception) -> str:
+        return f"FAILED: {error}"
+
+    async def backend(q: str) -> str:
+        """Ask the backend."""
+        raise RuntimeError("down")
+
+    guarded = guard_tool(function_tool(backend, failure_error_function=shout))
+    relabelled = dataclasses.replace(copy_module.copy(guarded), description="Ask the backend, politely.")
+    for tool in (guarded, relabelled):
+        model = calls([function_call("backend", {"q": "x"}, call_id="c1")])
+        run(Agent(name="a", model=model, tools=[tool]), on_refusal="continue")
+        assert _told(model) == ["FAILED: down"]
 
 
 # --- evidence ----------------------------------------------------------------------------------------------

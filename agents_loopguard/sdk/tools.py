@@ -23,10 +23,21 @@ import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, cast, overload
+from typing import Any, TypeAlias, cast, overload
 
-from agents import FunctionTool, function_tool
+from agents import (
+    AgentBase,
+    FunctionTool,
+    FunctionToolCustomDataExtractor,
+    RunContextWrapper,
+    ToolCaller,
+    ToolInputGuardrail,
+    ToolOutputGuardrail,
+    function_tool,
+)
 from agents.exceptions import UserError
+from agents.function_schema import DocstringStyle
+from agents.tool import ToolErrorFunction, ToolFunction, ToolTimeoutBehavior
 from agents.tool_context import ToolContext
 
 from ..core import Kind
@@ -34,11 +45,19 @@ from ..run import Executed, GuardedRun, ToolSpec, Verify, declare_tool
 from ._internal import ACTIVE_RUN, execute
 
 __all__ = ["guard_tool", "guarded_tool", "tool_spec"]
-
 _SPEC = "__loopguard_spec__"
 _FUNCTION = "__loopguard_function__"
 _INNER = "__loopguard_inner__"
 _ORIGINAL = "__loopguard_original__"
+_BIND = "__agents_bind_function_tool__"
+"""The SDK's hook for an invoker to follow its tool: ``FunctionTool.__post_init__`` (run by ``dataclasses.replace``
+and ``copy.copy``) rebinds the invoker to the new tool, so a copy's failure policy is the copy's own."""
+
+_UNSET_FAILURE: Any = inspect.signature(function_tool).parameters["failure_error_function"].default
+"""``function_tool``'s own "not given" for ``failure_error_function``: the SDK's default message, not ``None``."""
+
+_IsEnabled: TypeAlias = bool | Callable[[RunContextWrapper[Any], AgentBase[Any]], Awaitable[bool] | bool]
+_NeedsApproval: TypeAlias = bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
 
 
 @dataclass
@@ -60,10 +79,11 @@ def _spec(
     kind: Kind,
     operation_id: Callable[[dict[str, Any]], Any] | None,
     verify: Verify | None,
+    max_executions: int | None,
     *,
     name: str,
 ) -> ToolSpec:
-    return declare_tool(name, kind=kind, operation_id=operation_id, verify=verify)
+    return declare_tool(name, kind=kind, operation_id=operation_id, verify=verify, max_executions=max_executions)
 
 
 async def _run_call(
@@ -131,6 +151,9 @@ def _guarded_invoker(
 
     ``function`` set: ``inner`` is the SDK invoker of the body shim, and the guard runs inside the shim.
     ``function`` None (an opaque FunctionTool: agents as tools, MCP, hand-made tools): ``inner`` is the body.
+
+    The SDK's invoker applies the failure policy of the tool it is bound to; this invoker follows the tool too
+    (:data:`_BIND`), so the policy is read from the tool being invoked, a copy made after guarding included.
     """
 
     async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
@@ -161,11 +184,18 @@ def _guarded_invoker(
             _schema_rejected(run, spec, name)
         return output
 
+    def bind(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
+        """This invoker for ``tool`` (called by ``FunctionTool.__post_init__``): the inner invoker rebound to it."""
+        rebind = getattr(inner, _BIND, None)
+        bound = rebind(tool) if callable(rebind) else inner
+        return on_invoke_tool if bound is inner else _guarded_invoker(bound, spec, function=function)
+
     # Resolved annotations: the SDK reads them on every invocation (get_type_hints), and strings would be eval'ed.
     on_invoke_tool.__annotations__ = {"ctx": ToolContext, "args_json": str, "return": Any}
     setattr(on_invoke_tool, _SPEC, spec)
     setattr(on_invoke_tool, _FUNCTION, function)
     setattr(on_invoke_tool, _INNER, inner)
+    setattr(on_invoke_tool, _BIND, bind)
     return on_invoke_tool
 
 
@@ -185,7 +215,33 @@ def tool_spec(tool: FunctionTool) -> ToolSpec | None:
 
 
 @overload
-def guarded_tool(func: Callable[..., Any], /) -> FunctionTool: ...
+def guarded_tool(
+    func: ToolFunction[...],
+    /,
+    *,
+    kind: Kind = "read",
+    operation_id: Callable[[dict[str, Any]], str] | None = None,
+    verify: Verify | None = None,
+    max_executions: int | None = None,
+    name_override: str | None = None,
+    description_override: str | None = None,
+    docstring_style: DocstringStyle | None = None,
+    use_docstring_info: bool = True,
+    failure_error_function: ToolErrorFunction | None = ...,
+    strict_mode: bool = True,
+    is_enabled: _IsEnabled = True,
+    needs_approval: _NeedsApproval = False,
+    tool_input_guardrails: list[ToolInputGuardrail[Any]] | None = None,
+    tool_output_guardrails: list[ToolOutputGuardrail[Any]] | None = None,
+    timeout: float | None = None,
+    timeout_behavior: ToolTimeoutBehavior = "error_as_result",
+    timeout_error_function: ToolErrorFunction | None = None,
+    defer_loading: bool = False,
+    custom_data_extractor: FunctionToolCustomDataExtractor | None = None,
+    allowed_callers: list[ToolCaller] | None = None,
+    output_type: Any | None = None,
+    output_json_schema: dict[str, Any] | None = None,
+) -> FunctionTool: ...
 
 
 @overload
@@ -194,20 +250,57 @@ def guarded_tool(
     kind: Kind = "read",
     operation_id: Callable[[dict[str, Any]], str] | None = None,
     verify: Verify | None = None,
-    **function_tool_kwargs: Any,
-) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+    max_executions: int | None = None,
+    name_override: str | None = None,
+    description_override: str | None = None,
+    docstring_style: DocstringStyle | None = None,
+    use_docstring_info: bool = True,
+    failure_error_function: ToolErrorFunction | None = ...,
+    strict_mode: bool = True,
+    is_enabled: _IsEnabled = True,
+    needs_approval: _NeedsApproval = False,
+    tool_input_guardrails: list[ToolInputGuardrail[Any]] | None = None,
+    tool_output_guardrails: list[ToolOutputGuardrail[Any]] | None = None,
+    timeout: float | None = None,
+    timeout_behavior: ToolTimeoutBehavior = "error_as_result",
+    timeout_error_function: ToolErrorFunction | None = None,
+    defer_loading: bool = False,
+    custom_data_extractor: FunctionToolCustomDataExtractor | None = None,
+    allowed_callers: list[ToolCaller] | None = None,
+    output_type: Any | None = None,
+    output_json_schema: dict[str, Any] | None = None,
+) -> Callable[[ToolFunction[...]], FunctionTool]: ...
 
 
 def guarded_tool(
-    func: Callable[..., Any] | None = None,
+    func: ToolFunction[...] | None = None,
     /,
     *,
     kind: Kind = "read",
     operation_id: Callable[[dict[str, Any]], str] | None = None,
     verify: Verify | None = None,
-    **function_tool_kwargs: Any,
-) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
-    """``@function_tool`` with a guard declaration. Every ``function_tool`` keyword is passed through.
+    max_executions: int | None = None,
+    name_override: str | None = None,
+    description_override: str | None = None,
+    docstring_style: DocstringStyle | None = None,
+    use_docstring_info: bool = True,
+    failure_error_function: ToolErrorFunction | object | None = _UNSET_FAILURE,
+    strict_mode: bool = True,
+    is_enabled: _IsEnabled = True,
+    needs_approval: _NeedsApproval = False,
+    tool_input_guardrails: list[ToolInputGuardrail[Any]] | None = None,
+    tool_output_guardrails: list[ToolOutputGuardrail[Any]] | None = None,
+    timeout: float | None = None,
+    timeout_behavior: ToolTimeoutBehavior = "error_as_result",
+    timeout_error_function: ToolErrorFunction | None = None,
+    defer_loading: bool = False,
+    custom_data_extractor: FunctionToolCustomDataExtractor | None = None,
+    allowed_callers: list[ToolCaller] | None = None,
+    output_type: Any | None = None,
+    output_json_schema: dict[str, Any] | None = None,
+) -> FunctionTool | Callable[[ToolFunction[...]], FunctionTool]:
+    """``@function_tool`` with a guard declaration: every ``function_tool`` keyword, with its default and meaning,
+    plus the guard's own.
 
     Args:
         kind: ``read`` (default), ``write``, ``poll`` (asks about an async job) or ``page`` (one page of a listing).
@@ -217,38 +310,69 @@ def guarded_tool(
             :class:`~agents_loopguard.Evidence` or a mapping with ``revision`` (never goes back), ``done`` and
             ``effect`` (``none``; writes: ``committed`` / ``not_committed`` / ``unknown``). Required for writes.
             Without it a read proves no progress (revision unchanged), so the stall rule bounds it.
+        max_executions: executions of this tool allowed for the whole task (``None``: only the task's budget).
+        failure_error_function: as ``function_tool``'s (not given: the SDK's default message; ``None``: the body's
+            exception is raised, and the run ends with the failure the guard recorded). It is read from the tool
+            at call time, so ``dataclasses.replace(tool, ...)`` with another policy behaves as the copy.
 
     A refused call never runs the body; a committed write returns its stored result without running it.
 
     >>> @guarded_tool(kind="write", operation_id=lambda a: f"refund-{a['order']}",
-    ...               verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"})
+    ...               verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+    ...               max_executions=3, needs_approval=True)
     ... def refund(order: int) -> str:
     ...     '''Refund an order.'''
     ...     return f"refunded {order}"
-    >>> refund.name, refund.params_json_schema["required"], tool_spec(refund).kind
-    ('refund', ['order'], 'write')
+    >>> refund.name, refund.params_json_schema["required"], refund.needs_approval
+    ('refund', ['order'], True)
+    >>> tool_spec(refund).kind, tool_spec(refund).max_executions
+    ('write', 3)
     """
+    options: dict[str, Any] = {
+        "name_override": name_override,
+        "description_override": description_override,
+        "docstring_style": docstring_style,
+        "use_docstring_info": use_docstring_info,
+        "failure_error_function": failure_error_function,
+        "strict_mode": strict_mode,
+        "is_enabled": is_enabled,
+        "needs_approval": needs_approval,
+        "tool_input_guardrails": tool_input_guardrails,
+        "tool_output_guardrails": tool_output_guardrails,
+        "timeout": timeout,
+        "timeout_behavior": timeout_behavior,
+        "timeout_error_function": timeout_error_function,
+        "defer_loading": defer_loading,
+        "custom_data_extractor": custom_data_extractor,
+        "allowed_callers": allowed_callers,
+        "output_type": output_type,
+        "output_json_schema": output_json_schema,
+    }
 
-    def decorate(the_func: Callable[..., Any]) -> FunctionTool:
-        name = str(function_tool_kwargs.get("name_override") or getattr(the_func, "__name__", "tool"))
-        spec = _spec(kind, operation_id, verify, name=name)
-        if isinstance(the_func, functools.partial):  # as function_tool: a partial hides its contract
-            raise UserError(
-                "Unsupported callable object: function_tool does not infer functools.partial contracts. "
-                "Use an explicit wrapper function."
-            )
-        if not inspect.isroutine(the_func):  # a callable object: the SDK adapts it; its whole invoker is the body
-            return _guard(function_tool(the_func, **function_tool_kwargs), spec)
-        if function_tool_kwargs.get("timeout") is not None and not inspect.iscoroutinefunction(the_func):
-            raise ValueError("FunctionTool timeout_seconds is only supported for async @function_tool handlers.")
-        built = function_tool(_shim(the_func), **function_tool_kwargs)
-        return dataclasses.replace(
-            built, on_invoke_tool=_guarded_invoker(built.on_invoke_tool, spec, function=the_func)
-        )
+    def decorate(the_func: ToolFunction[...]) -> FunctionTool:
+        name = name_override or str(getattr(the_func, "__name__", "tool"))
+        spec = _spec(kind, operation_id, verify, max_executions, name=name)
+        return _decorated(the_func, spec, options)
 
     if func is not None:
         return decorate(func)
     return decorate
+
+
+def _decorated(func: Callable[..., Any], spec: ToolSpec, options: dict[str, Any]) -> FunctionTool:
+    """``function_tool(func, **options)`` with the guard in it (around the body shim of a function; around the whole
+    invoker of a callable object, which the SDK adapts itself)."""
+    if isinstance(func, functools.partial):  # as function_tool: a partial hides its contract
+        raise UserError(
+            "Unsupported callable object: function_tool does not infer functools.partial contracts. "
+            "Use an explicit wrapper function."
+        )
+    if not inspect.isroutine(func):
+        return _guard(function_tool(func, **options), spec)
+    if options["timeout"] is not None and not inspect.iscoroutinefunction(func):
+        raise ValueError("FunctionTool timeout_seconds is only supported for async @function_tool handlers.")
+    built = function_tool(_shim(func), **options)
+    return dataclasses.replace(built, on_invoke_tool=_guarded_invoker(built.on_invoke_tool, spec, function=func))
 
 
 def guard_tool(
@@ -257,22 +381,25 @@ def guard_tool(
     kind: Kind = "read",
     operation_id: Callable[[dict[str, Any]], str] | None = None,
     verify: Verify | None = None,
+    max_executions: int | None = None,
 ) -> FunctionTool:
     """Guard a ``FunctionTool`` that already exists (made by ``function_tool``, ``agent.as_tool()``, by hand...).
 
-    Returns a copy (``dataclasses.replace``): same name, description, schema, approval, timeout and guardrails;
-    the original is untouched. Arguments as in :func:`guarded_tool`.
+    Returns a copy (``dataclasses.replace``): same name, description, schema, approval, timeout, guardrails and
+    failure policy; the original is untouched. Arguments as in :func:`guarded_tool`.
 
     >>> from agents import function_tool
     >>> @function_tool
     ... def search(query: str) -> str:
     ...     '''Search the catalogue.'''
     ...     return "no hits"
-    >>> guarded = guard_tool(search, kind="read")
+    >>> guarded = guard_tool(search, kind="read", max_executions=5)
     >>> guarded.name, guarded.params_json_schema == search.params_json_schema, tool_spec(search) is None
     ('search', True, True)
+    >>> tool_spec(guarded).max_executions
+    5
     """
-    return _guard(tool, _spec(kind, operation_id, verify, name=tool.name))
+    return _guard(tool, _spec(kind, operation_id, verify, max_executions, name=tool.name))
 
 
 _REBUILT: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, FunctionTool]] = weakref.WeakKeyDictionary()
@@ -303,10 +430,8 @@ def _guard(tool: FunctionTool, spec: ToolSpec) -> FunctionTool:
     if not isinstance(tool, FunctionTool):
         raise TypeError(f"guard_tool needs a FunctionTool, got {type(tool).__name__}")
     function = _function_of(tool)
-    if function is not None:
-        # bind the rebuilt invoker to a copy of this tool, so the tool's own failure policy formats body errors
-        carrier = dataclasses.replace(tool, on_invoke_tool=_rebuilt(function, tool).on_invoke_tool)
-        invoker = _guarded_invoker(carrier.on_invoke_tool, spec, function=function)
+    if function is not None:  # the copy binds the rebuilt invoker to itself: its own failure policy formats errors
+        invoker = _guarded_invoker(_rebuilt(function, tool).on_invoke_tool, spec, function=function)
     else:
         inner = getattr(tool.on_invoke_tool, _INNER, tool.on_invoke_tool)
         invoker = _guarded_invoker(inner, spec, function=None)
