@@ -75,6 +75,8 @@ class Reason(str, Enum):
     PERMISSION = "permission"
     TOKEN_BUDGET = "token_budget"
     TOOL_LIMIT = "tool_limit"
+    TASK_FINISHED = "task_finished"
+    """A reservation for a task another worker already ended (the worker then reports the stored outcome)."""
 
     def __str__(self) -> str:
         return self.value

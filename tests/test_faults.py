@@ -69,7 +69,9 @@ def test_r16_a_worker_that_loses_the_race_to_finish_reports_the_stored_outcome(s
     one = Guard(budget=Budget(5, 5), store=store, task_id="t-race")
     two = Guard(budget=Budget(5, 5), store=store, task_id="t-race")
     done = one.end(Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "verified"))
-    late = two.end(Verdict(Status.STOPPED, Reason.STOP_REQUESTED, "task already completed"))
+    refused = two.begin_turn()  # the other worker finished it: refused with that reason, not as a stop mark
+    assert refused is not None and (refused.reason, refused.detail) == (Reason.TASK_FINISHED, "task already completed")
+    late = two.end(refused)
     assert (late.status, late.reason, late.detail) == (done.status, done.reason, done.detail)
     assert store.task("t-race").outcome["status"] == "completed"  # type: ignore[union-attr]
 

@@ -64,7 +64,12 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     module = _run(python, "-m", "agents_loopguard", "--version")
     assert module.returncode == 0 and module.stdout == version.stdout, module.stderr
     assert _run(python, "-c", "import psycopg").returncode != 0, "SQLite needs no PostgreSQL driver"
-    sqlite = _run(script, "--db", f"sqlite:///{tmp_path / 'lg.db'}", "tasks")
+    url = f"sqlite:///{tmp_path / 'lg.db'}"
+    absent = _run(script, "--db", url, "tasks")  # a read never creates a store
+    assert absent.returncode == 2 and "no loopguard store at" in absent.stderr, absent.stderr
+    made = _run(python, "-c", f"from agents_loopguard.store.sql import SQLStore; SQLStore({url!r}).tasks()")
+    assert made.returncode == 0, made.stderr
+    sqlite = _run(script, "--db", url, "tasks")
     assert sqlite.returncode == 0 and "no tasks" in sqlite.stdout, sqlite.stderr
     postgres = _run(script, "--db", "postgresql+psycopg://app@127.0.0.1:1/agents", "tasks")
     assert postgres.returncode == 2 and "psycopg" in postgres.stderr, postgres.stderr

@@ -110,7 +110,7 @@ def test_a_finished_task_refuses_reservations(store: Store) -> None:
     store.ensure_task("t", BIG)
     store.finish("t", {"status": "partial", "reason": "plan_exhausted"})
     grant = store.reserve_turn("t")
-    assert (grant.granted, grant.reason, grant.detail) == (False, Reason.STOP_REQUESTED, "task already partial")
+    assert (grant.granted, grant.reason, grant.detail) == (False, Reason.TASK_FINISHED, "task already partial")
 
 
 def test_same_call_is_bounded_per_revision(store: Store) -> None:
@@ -279,8 +279,8 @@ REFUSALS: dict[str, tuple[Callable[[Store], Grant], Reason, str]] = {
     ),
     "stop mark / cost": (lambda s: _stopped(s, _cost), Reason.STOP_REQUESTED, "stop mark: operator says stop"),
     "stop mark / write": (lambda s: _stopped(s, _new_write), Reason.STOP_REQUESTED, "stop mark: operator says stop"),
-    "finished / turn": (lambda s: _finished(s, _turn), Reason.STOP_REQUESTED, "task already partial"),
-    "finished / execution": (lambda s: _finished(s, _execution), Reason.STOP_REQUESTED, "task already partial"),
+    "finished / turn": (lambda s: _finished(s, _turn), Reason.TASK_FINISHED, "task already partial"),
+    "finished / execution": (lambda s: _finished(s, _execution), Reason.TASK_FINISHED, "task already partial"),
     "same_call": (_same_call, Reason.SAME_CALL, SAME_CALL_AT_3),
     "same_call before tool_budget": (_same_call_before_the_tool_budget, Reason.SAME_CALL, SAME_CALL_AT_3),
     "same_call, none allowed": (

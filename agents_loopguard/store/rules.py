@@ -98,7 +98,8 @@ def _refused(task: TaskView, reason: Reason, detail: str) -> Grant:
 
 
 def stop_refusal(task: TaskView) -> Grant | None:
-    """The refusal of every reservation of a task that carries a stop mark or has finished.
+    """The refusal of every reservation of a task that carries a stop mark (``stop_requested``) or has finished
+    (``task_finished``).
 
     >>> stop_refusal(TaskState(Budget(1, 1), stop_reason="operator")).detail
     'stop mark: operator'
@@ -109,8 +110,8 @@ def stop_refusal(task: TaskView) -> Grant | None:
     """
     if task.stop_reason is not None:
         return _refused(task, Reason.STOP_REQUESTED, f"stop mark: {task.stop_reason}")
-    if task.status != "running":
-        return _refused(task, Reason.STOP_REQUESTED, f"task already {task.status}")
+    if task.status != "running":  # ended by another worker (or an earlier run): not a stop mark
+        return _refused(task, Reason.TASK_FINISHED, f"task already {task.status}")
     return None
 
 
