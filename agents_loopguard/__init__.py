@@ -3,8 +3,9 @@
 import logging as _logging
 
 from .budget import Budget, Policy
+from .calls import Call, Ticket, Verdict, parse_call
 from .canonical import CanonicalError, canonical_json, fingerprint, redact
-from .core import Call, Guard, Ticket, Verdict, create_runner, parse_call
+from .core import Guard
 from .errors import InputError, LoopguardError, NotFoundError, StateError
 from .evidence import Effect, Evidence, ResultStatus
 from .outcome import (
@@ -18,6 +19,7 @@ from .outcome import (
     allowed_next_actions,
 )
 from .recovery import Reconciliation, RecoveryError, reconcile, recover
+from .runner import create_runner
 from .store import MemoryStore, OperationRecord, OperationState, Store, StoreError
 
 __all__ = [

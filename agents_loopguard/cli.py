@@ -452,15 +452,20 @@ def reconcile_cmd(
     who: Annotated[str, typer.Option(help="Who queried the receiver.")],
     why: Annotated[str, typer.Option(help="Evidence: what the receiver answered.")] = "",
     result: Annotated[str | None, typer.Option(help="The receiver's result, as JSON (for committed).")] = None,
+    correct: Annotated[
+        bool, typer.Option("--correct", help="Correct the ledger: the receiver contradicts its known state.")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Record the receiving system's answer for a write whose result is unknown."""
+    """Record the receiving system's answer for a write whose result is unknown (or confirm or correct a known one)."""
     _json_flag(as_json)
     try:
         parsed = json.loads(result) if result is not None else None
     except json.JSONDecodeError as exc:
         raise InputError(f"--result is not JSON: {exc}") from None
-    done = operator.reconcile_operation(_store(), operation_id, answer, who=who, why=why, result=parsed)
+    done = operator.reconcile_operation(
+        _store(), operation_id, answer, who=who, why=why, result=parsed, correct=correct
+    )
     _emit(done, lambda: typer.echo(f"{done['message']}; next: {', '.join(done['allowed_next_actions'])}"))
 
 

@@ -12,7 +12,8 @@ The cycle of one call::
     guard.settle(ticket, result, verify)   # verify evidence, record ledger + progress, decide
     guard.end(verdict)            # the sticky terminal Outcome
 
-:func:`create_runner` is the article's synchronous prototype built on the same engine.
+:func:`~agents_loopguard.runner.create_runner` is the article's synchronous prototype built on the same engine;
+:mod:`~agents_loopguard.calls` holds the values the engine reasons about (calls, tickets, verdicts).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .approvals import pause_digest
 from .budget import Budget, Policy
+from .calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, parse_call
 from .canonical import CanonicalError, canonical_json, fingerprint, redact
 from .errors import StateError
 from .evidence import (
@@ -44,108 +45,14 @@ from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
 from .store.base import OperationState, Progress, Store, TaskSnapshot, TraceEntry
 from .store.memory import MemoryStore
 
-__all__ = ["Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "create_runner", "parse_call"]
+__all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
-Kind = Literal["read", "write", "poll", "page"]
-KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
-_UNSET: Any = object()
 Observer = Callable[[str, dict[str, Any]], None]
 """``observer(event, data)``: told of every guard decision (the SDK adapter turns them into trace spans)."""
 FINGERPRINT_KEY_ENV = "LOOPGUARD_FINGERPRINT_KEY"
 """Environment variable with the HMAC key of call fingerprints, shared by every worker of a store."""
 logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """A proposed tool call, as the guard sees it.
-
-    >>> Call(tool="save", args={"amount": 5}, kind="write", operation_id="order-42-confirm").kind
-    'write'
-    """
-
-    tool: str
-    args: Mapping[str, Any]
-    kind: Kind = "read"
-    """read, write (needs an operation id), poll (asks about an async job), page (reads one page of a listing)."""
-    operation_id: str | None = None
-    """For writes: the stable business action ("confirm order 42 at version 3"), never the model's call id."""
-    call_id: str | None = None
-    """The model's call id, for the trace only."""
-    max_executions: int | None = None
-    """The tool's own limit of executions for the whole task (``None``: only the task's budget bounds it)."""
-
-
-def parse_call(proposal: Any) -> Call | str:
-    """Turn a proposal (a :class:`Call` or a mapping with tool, kind, args, operation_id) into a :class:`Call`.
-
-    Returns a short explanation instead when the proposal is not a valid call.
-
-    >>> parse_call({"tool": "search", "kind": "read", "args": {"q": "x"}}).args
-    {'q': 'x'}
-    >>> parse_call({"tool": "search", "kind": "delete", "args": {}})
-    "kind 'delete' is not one of page, poll, read, write"
-    """
-    fields: tuple[Any, ...]
-    if type(proposal) is not dict and isinstance(proposal, Call):
-        fields = (proposal.tool, proposal.args, proposal.kind, proposal.operation_id, proposal.call_id)
-        limit: Any = proposal.max_executions
-    elif isinstance(proposal, Mapping):
-        op = proposal.get("operation_id", proposal.get("operationId"))
-        fields = (proposal.get("tool"), proposal.get("args"), proposal.get("kind"), op, proposal.get("call_id"))
-        limit = proposal.get("max_executions")
-    else:
-        return f"proposal {type(proposal).__name__} is not a mapping"
-    tool, args, kind, op, call_id = fields
-    if not isinstance(tool, str) or not tool:
-        return f"tool {tool!r} is not a non-empty string"
-    if not isinstance(args, Mapping):
-        return f"args {type(args).__name__} is not an object"
-    if not isinstance(kind, str) or kind not in KINDS:
-        return f"kind {kind!r} is not one of {', '.join(sorted(KINDS))}"
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        return f"max_executions {limit!r} is not an int >= 0"
-    return Call(
-        tool,
-        args,
-        kind,  # type: ignore[arg-type]  # checked against KINDS above
-        op if isinstance(op, str) else None,  # a non-string id is a missing id, as in the prototype
-        call_id if isinstance(call_id, str) else None,
-        limit,
-    )
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The guard's decision to end: a status and a reason. :meth:`Guard.end` makes it the terminal outcome."""
-
-    status: Status
-    reason: Reason
-    detail: str = ""
-    operation_id: str | None = None
-    value: Any = field(default=_UNSET, repr=False)
-    """The outcome's value when it is not the last verified result (``completed``: the result that proved done)."""
-
-    @property
-    def has_value(self) -> bool:
-        """True when the verdict carries its own value (see :attr:`value`)."""
-        return self.value is not _UNSET
-
-
-@dataclass(frozen=True)
-class Ticket:
-    """Permission to execute one call (or, for a committed write, its stored result to return instead)."""
-
-    call: Call
-    proposal: Any
-    fingerprint: str
-    revision: int
-    """The task's validated revision when the call was authorized."""
-    replay: bool = False
-    """True for a committed write: do not execute; return :attr:`result`."""
-    result: Any = None
-    used: Usage = field(default_factory=Usage)
 
 
 class Guard:
@@ -324,49 +231,13 @@ class Guard:
         )
         self.store.append_trace(self.task_id, entry)
 
-    def reserve_cost(self, amount: float) -> Verdict | None:
-        """Reserve the worst-case cost of the next model request before it is sent; a refusal is the verdict.
+    def observe(self, event: str, **data: Any) -> None:
+        """Tell the observer of a decision taken around the engine (a refused cost or token reservation)."""
+        self._observe(event, **data)
 
-        >>> from agents_loopguard import Budget
-        >>> guard = Guard(budget=Budget(5, 5, cost=0.01))
-        >>> guard.reserve_cost(0.004) is None, guard.reserve_cost(0.02).reason
-        (True, <Reason.COST_BUDGET: 'cost_budget'>)
-        """
-        grant = self.store.reserve_cost(self.task_id, amount)
-        self.used = grant.used
-        if grant.granted:
-            return None
-        detail = grant.detail or (
-            f"the next request's worst case ({amount:.6g}) would exceed the cost budget "
-            f"({self.budget.cost}; used {grant.used.cost:.6g})"
-        )
-        self._observe("turn.refused", reason=str(grant.reason or Reason.COST_BUDGET))
-        return Verdict(Status.STOPPED, grant.reason or Reason.COST_BUDGET, detail)
-
-    def reserve_tokens(self, input_tokens: int, output_tokens: int) -> Verdict | None:
-        """Reserve the worst-case tokens of the next model request (its input estimate and its output bound) against
-        the task's token limits; a refusal is the verdict (``stopped/token_budget``).
-
-        >>> from agents_loopguard import Budget
-        >>> guard = Guard(budget=Budget(5, 5, total_tokens=1_000))
-        >>> guard.reserve_tokens(600, 300) is None, guard.reserve_tokens(100, 100).reason
-        (True, <Reason.TOKEN_BUDGET: 'token_budget'>)
-        """
-        grant = self.store.reserve_tokens(self.task_id, input_tokens, output_tokens)
-        self.used = grant.used
-        if grant.granted:
-            return None
-        reason = grant.reason or Reason.TOKEN_BUDGET
-        self._observe("turn.refused", reason=str(reason))
-        return Verdict(Status.STOPPED, reason, grant.detail or "the task's token limits would be exceeded")
-
-    def settle_tokens(self, reserved: tuple[int, int], actual: tuple[int, int]) -> None:
-        """Replace a token reservation by the usage the model reported (0, 0 for a request that was not served)."""
-        self.used = self.store.settle_tokens(self.task_id, reserved=reserved, actual=actual)
-
-    def settle_cost(self, reserved: float, actual: float) -> None:
-        """Replace a cost reservation by what the request really cost (0 for a request that was not billed)."""
-        self.used = self.store.settle_cost(self.task_id, reserved, actual)
+    def adopt_usage(self, used: Usage) -> None:
+        """Take the task's counters as a store step returned them (a reservation made around the engine)."""
+        self.used = used
 
     def pause(
         self,
@@ -565,7 +436,7 @@ class Guard:
         result: Any,
         verify: Callable[[Any, Any], Any] | None = None,
         *,
-        evidence: Any = _UNSET,
+        evidence: Any = UNSET,
     ) -> Verdict | None:
         """Validate ``result`` and its evidence; record the ledger and progress; decide.
 
@@ -585,7 +456,7 @@ class Guard:
         >>> guard.settle(ticket, {"status": "ok"}, evidence={"revision": 1, "done": True, "effect": "none"}).reason
         <Reason.VALIDATED_DONE: 'validated_done'>
         """
-        if (verify is None) == (evidence is _UNSET):
+        if (verify is None) == (evidence is UNSET):
             raise TypeError("settle() takes either verify= (a callable) or evidence= (what verify returned)")
         verdict = self._settle(ticket, result, verify, evidence)
         if self.observer is not None:
@@ -760,7 +631,7 @@ class Guard:
             reason=verdict.reason,
             task_id=self.task_id,
             revision=self.revision,
-            value=self.last_good if verdict.value is _UNSET else verdict.value,
+            value=self.last_good if verdict.value is UNSET else verdict.value,
             used=self.used,
             operation_id=verdict.operation_id,
             detail=redact(verdict.detail, secrets=self.secrets),  # details quote values: keep secrets out of records
@@ -820,79 +691,3 @@ def _page_cycle(proof: Evidence, progress: Progress) -> Verdict | None:
     if record_flags and all(record_flags):
         return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, "every record on this page was seen before")
     return None
-
-
-def create_runner(
-    *,
-    budget: Budget,
-    store: Store | None = None,
-    now: Callable[[], float] = time.time,
-    execute: Callable[[Any], Any],
-    verify: Callable[[Any, Any], Any],
-    initial_revision: int = 0,
-    policy: Policy | None = None,
-    task_id: str | None = None,
-    secrets: Iterable[str] = (),
-    ledger: Store | None = None,
-) -> Callable[[Iterable[Any]], Outcome]:
-    """The article's synchronous runner: ``run(proposals) -> Outcome``, built on :class:`Guard`.
-
-    Each proposal reserves one model turn, then goes through the guard; ``execute(proposal)`` runs only when the
-    guard allows it, and ``verify(proposal, result)`` decides progress. A finished runner returns the same outcome.
-    ``store`` is where the task lives (default: a new :class:`~agents_loopguard.store.memory.MemoryStore`);
-    ``ledger`` is its deprecated old name (a :class:`DeprecationWarning`; passing both is a ``TypeError``).
-
-    >>> from agents_loopguard import Budget
-    >>> run = create_runner(
-    ...     budget=Budget(model_turns=6, tool_executions=4, deadline=100), now=lambda: 0,
-    ...     execute=lambda call: {"status": "ok", "receipt": "r-1"},
-    ...     verify=lambda call, result: {"revision": 1, "done": True, "effect": "committed"})
-    >>> save = {"tool": "save", "kind": "write", "operation_id": "order-42-confirm", "args": {"amount": 5}}
-    >>> outcome = run([save, save])
-    >>> outcome.status, outcome.reason, outcome.used.tools
-    (<Status.COMPLETED: 'completed'>, <Reason.VALIDATED_DONE: 'validated_done'>, 1)
-    >>> run([save]) is outcome
-    True
-    """
-    if ledger is not None:
-        import warnings  # only this deprecated alias warns; the engine reports through logging
-
-        if store is not None and store is not ledger:
-            raise TypeError("create_runner: pass the store once, as store= (ledger= is its deprecated alias)")
-        warnings.warn("create_runner(ledger=...) is deprecated: pass store=...", DeprecationWarning, stacklevel=2)
-        store = ledger
-    guard = Guard(
-        budget=budget,
-        store=store,
-        task_id=task_id,
-        policy=policy,
-        clock=now,
-        initial_revision=initial_revision,
-        secrets=secrets,
-    )
-
-    def run(proposals: Iterable[Any]) -> Outcome:
-        if guard.outcome is not None:
-            return guard.outcome
-        for proposal in proposals:
-            at = guard._now()
-            refused = guard.begin_turn(now=at)
-            if refused is not None:
-                return guard.end(refused)
-            ticket = guard.authorize(proposal, now=at)
-            if isinstance(ticket, Verdict):
-                return guard.end(ticket)
-            if ticket.replay:
-                result = ticket.result
-            else:
-                try:
-                    result = execute(proposal)
-                except Exception as exc:
-                    return guard.end(guard.fail(ticket, exc))
-            verdict = guard.settle(ticket, result, verify)
-            if verdict is not None:
-                return guard.end(verdict)
-        return guard.end(Verdict(Status.PARTIAL, Reason.PLAN_EXHAUSTED, "no proposal left and the task is not done"))
-
-    run.guard = guard  # type: ignore[attr-defined]
-    return run

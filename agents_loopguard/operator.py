@@ -522,10 +522,12 @@ def reconcile_operation(
     who: str,
     why: str = "",
     result: Any = None,
+    correct: bool = False,
 ) -> dict[str, Any]:
     """Record what the receiving system says about a write whose result is unknown (see
     :func:`agents_loopguard.recovery.reconcile`): the operation after it, whether the task was reopened, the
-    writes of the task still unknown, the allowed next actions and a ``message``.
+    writes of the task still unknown, the allowed next actions and a ``message``. The same answer about a known
+    operation confirms it; another answer is refused unless ``correct`` (the ledger disagreed with the receiver).
 
     >>> from agents_loopguard import Budget, MemoryStore, create_runner
     >>> store = MemoryStore()
@@ -540,7 +542,7 @@ def reconcile_operation(
     if not who:
         raise InputError("a reconciliation is recorded with who queried the receiver")
     state = _answer(answer)
-    done = reconcile(store, operation_id, state, who=who, why=why, result=result, now=_now())
+    done = reconcile(store, operation_id, state, who=who, why=why, result=result, correct=correct, now=_now())
     task_id = done.operation.task_id
     task = store.task(task_id)
     reopened = done.transition is not None
@@ -551,6 +553,7 @@ def reconcile_operation(
         "task_id": task_id,
         "task_status": task.status if task else None,
         "task_reopened": reopened,
+        "reopened_tasks": [task_id] * reopened + list(done.reopened_elsewhere),
         "still_unknown": _unknown_writes(store, task_id),
         "transition": _transition(done.transition) if done.transition else None,
         "allowed_next_actions": [str(a) for a in done.allowed_next_actions],

@@ -56,6 +56,8 @@ class Reconciliation:
     recorded: TransitionRecord | None = None
     """The transition that records the answer (reconcile, confirm or correct; None for an ``unknown`` answer,
     which records nothing)."""
+    reopened_elsewhere: tuple[str, ...] = ()
+    """Other tasks that waited on this operation (a replay that disagreed with the ledger), reopened by the answer."""
 
     @property
     def blocked(self) -> bool:
@@ -140,7 +142,28 @@ def reconcile(
     except StateError as exc:
         raise RecoveryRefused(str(exc)) from None
     reopening = settled.transition if settled.reopened else None
-    return Reconciliation(settled.operation, reopening, _AFTER[state], settled.transition)
+    waiting = _reopen_waiting(store, settled.operation, who=who, why=why, now=at)
+    return Reconciliation(settled.operation, reopening, _AFTER[state], settled.transition, waiting)
+
+
+def _reopen_waiting(store: Store, operation: OperationRecord, *, who: str, why: str, now: float) -> tuple[str, ...]:
+    """Other tasks that ended needing reconciliation about this operation (a replay whose verify disagreed with
+    the ledger) are reopened once the operation is known and nothing of theirs is unknown."""
+    if operation.state is OperationState.UNKNOWN:
+        return ()
+    reopened = []
+    for task in store.tasks():
+        outcome = task.outcome or {}
+        if (
+            task.task_id == operation.task_id
+            or task.status != str(Status.NEEDS_RECONCILIATION)
+            or outcome.get("operation_id") != operation.operation_id
+            or any(op.state is OperationState.UNKNOWN for op in store.operations(task.task_id))
+        ):
+            continue
+        store.recover(task.task_id, who=who, why=why, kind="reconcile", now=now)
+        reopened.append(task.task_id)
+    return tuple(reopened)
 
 
 _VERB = {"reconcile": "reconciled as", "confirm": "confirmed", "correct": "corrected to"}

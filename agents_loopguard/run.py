@@ -37,22 +37,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import itertools
-import json
-import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from .budget import Budget, Policy
-from .core import KINDS, Call, Guard, Kind, Ticket, Verdict
+from .calls import KINDS, Call, Ticket, Verdict
+from .core import Guard
+from .declarations import ToolSpec, Verify, declare_tool, parse_arguments
+from .effects import (
+    Answer,
+    Check,
+    DeadlineExceeded,
+    Execute,
+    Sleep,
+    adrive,
+    drive,
+    perform_check,
+    perform_check_async,
+    within_deadline,
+)
 from .errors import LoopguardError
 from .evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
+from .metering import NOTHING_RESERVED, Meter, Reserved
 from .model_errors import ModelFailure
 from .outcome import Outcome, Reason, Status
-from .pricing import Price, price_for
-from .retry import NO_RETRY, RetryPolicy, ToolFailure
+from .pricing import Price
+from .retry import RetryPolicy, ToolFailure
 from .store.base import Store
 from .store.defaults import default_store
 
@@ -69,6 +81,7 @@ __all__ = [
     "Release",
     "Sleep",
     "ToolSpec",
+    "Verify",
     "adrive",
     "declare_tool",
     "drive",
@@ -84,8 +97,6 @@ OnRefusal = Literal["end", "continue", "raise"]
 end it and ``raise`` :class:`GuardStopped` from the entry point."""
 Release = Literal["none", "auto"]
 """What replaces a forced ``tool_choice`` once no work remains."""
-Verify = Callable[[dict[str, Any], Any], Any]
-"""``verify(args, output) -> evidence``, sync or async: the application's trusted check of a tool result."""
 
 _CONTINUABLE = frozenset(
     {
@@ -156,207 +167,6 @@ def make_guard(
     return Guard(budget=budget, store=store, task_id=task_id, policy=policy, secrets=secrets)
 
 
-# --- tools ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """What the guard needs to know about one tool: its kind, how a write names its operation, how to verify."""
-
-    kind: Kind = "read"
-    operation_id: Callable[[dict[str, Any]], Any] | None = None
-    """Derives the stable business operation id of a write from its arguments."""
-    verify: Verify | None = None
-    """The application's trusted check ``verify(args, output) -> evidence`` (sync or async)."""
-    declared: bool = True
-    """False for a tool the run guards as a read because nobody declared it."""
-    retry: RetryPolicy = NO_RETRY
-    """Retries of a transient failure verified to have had no effect (none by default)."""
-    max_executions: int | None = None
-    """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
-
-
-def declare_tool(
-    name: str,
-    *,
-    kind: Kind = "read",
-    operation_id: Callable[[dict[str, Any]], Any] | None = None,
-    verify: Verify | None = None,
-    retry: RetryPolicy = NO_RETRY,
-    max_executions: int | None = None,
-) -> ToolSpec:
-    """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
-
-    >>> declare_tool("refund", kind="write", verify=lambda a, out: None)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: write tool 'refund' needs operation_id=callable(args) -> str: ...
-    """
-    if kind not in KINDS:
-        raise ValueError(f"tool {name!r}: kind {kind!r} is not one of {', '.join(sorted(KINDS))}")
-    if kind == "write":
-        if operation_id is None:
-            raise ValueError(
-                f"write tool {name!r} needs operation_id=callable(args) -> str: a stable business id derived from "
-                "the arguments (e.g. lambda a: f\"confirm-order-{a['order']}-v{a['version']}\"), never the call id"
-            )
-        if verify is None:
-            raise ValueError(
-                f"write tool {name!r} needs verify=callable(args, output) -> evidence: the application's check "
-                "that says whether the write committed"
-            )
-    elif operation_id is not None:
-        raise ValueError(f"tool {name!r}: operation_id only applies to kind='write'")
-    if max_executions is not None and (
-        isinstance(max_executions, bool) or not isinstance(max_executions, int) or max_executions < 0
-    ):
-        raise ValueError(f"tool {name!r}: max_executions must be an int >= 0 or None, got {max_executions!r}")
-    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, retry=retry, max_executions=max_executions)
-
-
-def parse_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | str:
-    """The model's JSON arguments as a dict, or why they are not a JSON object (empty input is ``{}``).
-
-    >>> parse_arguments("lookup", '{"order": 42}'), parse_arguments("lookup", "[42]")
-    ({'order': 42}, "the arguments for 'lookup' are a JSON list, not a JSON object")
-    """
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if raw is None or not raw.strip():
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError as exc:
-        return f"the arguments for {tool!r} are not JSON (not valid JSON: {exc})"
-    if not isinstance(parsed, dict):
-        return f"the arguments for {tool!r} are a JSON {type(parsed).__name__}, not a JSON object"
-    return parsed
-
-
-# --- effects and their drivers ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Execute:
-    """Run the tool body of ``call`` once (the adapter knows how). With a ``timeout`` (the seconds left before the
-    task's deadline), an adapter that can interrupt the body raises :class:`DeadlineExceeded` when it runs out."""
-
-    call: Call
-    attempt: int = 1
-    timeout: float | None = None
-
-
-class DeadlineExceeded(Exception):
-    """A tool body or a model request still running at the task's deadline was abandoned. For a write this proves
-    nothing about its effect: it stays unknown."""
-
-
-@dataclass(frozen=True)
-class Check:
-    """Run the application's ``verify(args, output)`` (it may be async)."""
-
-    verify: Callable[..., Any]
-    args: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class Sleep:
-    """Wait before a retry."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What performing an effect gave: a value, or the exception it raised."""
-
-    value: Any = None
-    error: Exception | None = None
-
-
-def perform_check(effect: Check | Sleep) -> Any:
-    """Perform the effects every synchronous driver shares: a verify call, a sleep."""
-    if isinstance(effect, Sleep):
-        time.sleep(effect.seconds)
-        return None
-    value = effect.verify(*effect.args)
-    if inspect.isawaitable(value):
-        close = getattr(value, "close", None)
-        if close is not None:
-            close()
-        raise TypeError("an async verify cannot run in a synchronous run: use the async entry point")
-    return value
-
-
-async def perform_check_async(effect: Check | Sleep) -> Any:
-    """:func:`perform_check` on an event loop (an async verify is awaited)."""
-    if isinstance(effect, Sleep):
-        await asyncio.sleep(effect.seconds)
-        return None
-    value = effect.verify(*effect.args)
-    return await value if inspect.isawaitable(value) else value
-
-
-async def within_deadline(work: Awaitable[T], timeout: float | None) -> T:
-    """Await ``work``, abandoning it (cancelled) when ``timeout`` seconds pass: :class:`DeadlineExceeded`. The
-    work's own exceptions, a ``TimeoutError`` included, pass through unchanged."""
-    if timeout is None:
-        return await work
-    task = asyncio.ensure_future(work)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-    finally:
-        if not task.done():
-            task.cancel()
-    if not done:
-        raise DeadlineExceeded(f"still running at the task's deadline ({timeout:.3g}s were left)")
-    return task.result()
-
-
-def drive(steps: Generator[Any, Answer, T], perform: Callable[[Any], Any]) -> T:
-    """Run a generator of effects synchronously: ``perform(effect)`` for each; an ``Exception`` goes back into the
-    steps as an :class:`Answer`; anything else (an interrupt) is thrown in, so the run records it, then re-raised."""
-    try:
-        effect = next(steps)
-        while True:
-            try:
-                answer = Answer(perform(effect))
-            except Exception as exc:
-                answer = Answer(error=exc)
-            except BaseException as exc:
-                _throw(steps, exc)
-                raise
-            effect = steps.send(answer)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
-
-
-async def adrive(steps: Generator[Any, Answer, T], perform: Callable[[Any], Awaitable[Any]]) -> T:
-    """:func:`drive` on an event loop: ``await perform(effect)``; a cancellation is thrown into the steps."""
-    try:
-        effect = next(steps)
-        while True:
-            try:
-                answer = Answer(await perform(effect))
-            except Exception as exc:
-                answer = Answer(error=exc)
-            except BaseException as exc:
-                _throw(steps, exc)
-                raise
-            effect = steps.send(answer)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
-
-
-def _throw(steps: Generator[Any, Answer, Any], error: BaseException) -> None:
-    try:
-        steps.throw(error)
-    except BaseException:  # the steps re-raise what was thrown in, after recording it
-        return
-
-
 # --- one run -------------------------------------------------------------------------------------------------
 
 
@@ -365,15 +175,10 @@ class ModelAttempt:
     """A model attempt reserved by :meth:`GuardedRun.begin_model_attempt`: send it with this ``tool_choice``."""
 
     tool_choice: Any
-    price: Price | None = None
-    reserved_cost: float = 0.0
-    reserved_tokens: tuple[int, int] = (0, 0)
-    """Input and output tokens reserved (the estimate and the output bound), settled with the usage."""
+    reserved: Reserved = NOTHING_RESERVED
+    """Its worst-case cost and tokens, settled with the usage."""
     timeout: float | None = None
     """Seconds left before the task's deadline: the request must not outlive it (``None``: no deadline)."""
-
-    def with_timeout(self, timeout: float | None) -> ModelAttempt:
-        return dataclasses.replace(self, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -473,39 +278,7 @@ class GuardedRun:
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
-        if self.guard.budget.cost is not None and not self.prices:
-            raise ValueError(
-                f"task {self.guard.task_id!r} has a cost budget ({self.guard.budget.cost}): give the run the price of "
-                "its models (prices=...), or the limit could not be enforced"
-            )
-
-    @property
-    def needs_output_bound(self) -> bool:
-        """A request's output must be bounded: a cost budget, or an output or total token limit."""
-        budget = self.guard.budget
-        return budget.cost is not None or budget.output_tokens is not None or budget.total_tokens is not None
-
-    def check_output_bound(self, max_output_tokens: int | None) -> int:
-        """The output bound of a request's worst case; a cost budget or an output/total token limit cannot be
-        enforced without one (refused at the call, never ignored)."""
-        if self.needs_output_bound and max_output_tokens is None:
-            raise ValueError(
-                "the task has a cost budget or an output/total token limit: give max_output_tokens= "
-                "(ModelSettings(max_tokens=...) with the Agents SDK) to bound each request's worst case"
-            )
-        return max_output_tokens or 0
-
-    def price_of(self, model: str | None) -> Price | None:
-        """The price of ``model`` (``None`` without a cost budget); a model the table cannot price is refused."""
-        if self.guard.budget.cost is None or not self.prices:
-            return None
-        price = price_for(self.prices, model) if model else None
-        if price is None:
-            raise ValueError(
-                f"the task has a cost budget and prices= has no entry for model {model!r}: "
-                "the cost of its requests could not be reserved"
-            )
-        return price
+        self.meter = Meter(self.guard, self.prices)
 
     # --- decisions the run remembers -----------------------------------------------------------------------
 
@@ -568,62 +341,22 @@ class GuardedRun:
         self.drain_interrupted()
         if self.verdict is not None:
             return self.verdict
-        attempt = ModelAttempt(requested_choice)
-        reserved = self._reserve_worst_case(model, input_tokens, max_output_tokens)
+        reserved = self.meter.reserve(model, input_tokens, max_output_tokens)
         if isinstance(reserved, Verdict):
             return self.stop(reserved)
         refused = self.guard.begin_turn()
         if refused is not None:
-            self._release(reserved)
+            self.meter.release(reserved)
             return self.stop(refused)
         choice = self.tool_choice(requested_choice) if offers_tools else requested_choice
-        return dataclasses.replace(
-            attempt, tool_choice=choice, price=reserved[0], reserved_cost=reserved[1], reserved_tokens=reserved[2]
-        ).with_timeout(self.remaining())
-
-    def _reserve_worst_case(
-        self, model: str | None, input_tokens: Callable[[], int] | None, max_output_tokens: int | None
-    ) -> tuple[Price | None, float, tuple[int, int]] | Verdict:
-        price = self.price_of(model)
-        budget = self.guard.budget
-        metered = budget.input_tokens is not None or budget.output_tokens is not None or budget.total_tokens is not None
-        if price is None and not metered:
-            return None, 0.0, (0, 0)
-        bound = self.check_output_bound(max_output_tokens)
-        estimate = input_tokens() if input_tokens is not None else 0
-        cost = price.cost(input_tokens=estimate, output_tokens=bound) if price is not None else 0.0
-        if price is not None and (refused := self.guard.reserve_cost(cost)) is not None:
-            return refused
-        tokens = (estimate, bound) if metered else (0, 0)
-        if metered and (refused := self.guard.reserve_tokens(*tokens)) is not None:
-            if price is not None:
-                self.guard.settle_cost(cost, 0.0)
-            return refused
-        return price, cost, tokens
-
-    def _release(self, reserved: tuple[Price | None, float, tuple[int, int]]) -> None:
-        price, cost, tokens = reserved
-        if price is not None:
-            self.guard.settle_cost(cost, 0.0)
-        if tokens != (0, 0):
-            self.guard.settle_tokens(tokens, (0, 0))
+        return ModelAttempt(choice, reserved, self.remaining())
 
     def end_model_attempt(
         self, attempt: ModelAttempt, *, usage: tuple[int, int] | None = None, failure: ModelFailure | None = None
     ) -> None:
         """Settle a sent attempt: its real cost and tokens (the reported usage; an error response costs nothing, a
         timeout keeps its worst case) and a model entry in the task's timeline."""
-        if failure is not None:  # an error response is not billed; a lost one may have been served
-            tokens, cost = (attempt.reserved_tokens, attempt.reserved_cost) if failure.billed else ((0, 0), 0.0)
-        elif usage is None:
-            tokens, cost = attempt.reserved_tokens, attempt.reserved_cost
-        else:
-            tokens = usage
-            cost = attempt.price.cost(input_tokens=usage[0], output_tokens=usage[1]) if attempt.price else 0.0
-        if attempt.price is not None:
-            self.guard.settle_cost(attempt.reserved_cost, cost)
-        if attempt.reserved_tokens != (0, 0):
-            self.guard.settle_tokens(attempt.reserved_tokens, tokens)
+        self.meter.settle(attempt.reserved, usage=usage, billed=failure.billed if failure is not None else None)
         self.guard.record_model_answer("answered" if failure is None else f"error:{failure.label}")
 
     def remaining(self) -> float | None:

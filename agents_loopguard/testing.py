@@ -43,7 +43,7 @@ from .core import Guard, Verdict
 from .outcome import Outcome, Reason, Status
 from .run import GuardedRun, OnRefusal
 from .sdk._internal import ACTIVE_RUN
-from .sdk.run import _error_verdict, _start, run_sync
+from .sdk.run import error_verdict, run_sync, start_run
 from .sdk.tools import guard_undeclared
 from .store.base import Store
 from .store.memory import MemoryStore
@@ -119,7 +119,7 @@ async def call_tool(
     if guard is None:
         budget = budget if budget is not None else DEFAULT_BUDGET
         store = store if store is not None else MemoryStore()
-    run = _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release="none")
+    run = start_run(guard, budget, store, task_id, policy, on_refusal=on_refusal, release="none")
     arguments = args if isinstance(args, str) else json.dumps(dict(args or {}))
     ctx = ToolContext(
         context, tool_name=tool.name, tool_call_id=f"call_{uuid.uuid4().hex[:12]}", tool_arguments=arguments
@@ -141,7 +141,7 @@ async def call_tool(
 def _raised(run: GuardedRun, error: Exception) -> ToolCallResult:
     """The call raised: a failure the guard recorded ends the run with it (as in ``run_guarded``); anything else is
     a programming error: the task ends ``stopped/fatal`` and the error is re-raised."""
-    verdict = _error_verdict(run, error)
+    verdict = error_verdict(run, error)
     if verdict is None:
         run.end(Verdict(Status.STOPPED, Reason.FATAL, f"{type(error).__name__}: {error}"))
         raise error

@@ -127,3 +127,43 @@ def test_a_read_only_store_can_still_be_inspected(tmp_path: Any) -> None:
         assert '"t-ro"' in shown.stdout
     finally:
         os.chmod(path.parent, 0o755)
+
+
+def test_a_ledger_and_receiver_disagreement_has_a_way_forward_from_the_command_line(tmp_path: Any) -> None:
+    """Issue 12: a committed write replayed while verify answers unknown ends needs_reconciliation; reconcile used
+    to refuse ("already committed") and recover too ("reconcile first"): no way forward. Now an operator confirms,
+    or corrects with --correct, and the task moves on."""
+    import json
+
+    from agents_loopguard import create_runner
+    from agents_loopguard.store import SQLStore
+
+    url = f"sqlite:///{tmp_path / 'lg.db'}"
+    with SQLStore(url) as store:
+        paid = create_runner(
+            budget=Budget(3, 3),
+            store=store,
+            task_id="t-pay",
+            execute=lambda c: {"status": "ok"},
+            verify=lambda c, r: COMMITTED,
+        )
+        paid([pay("inv-9")])
+        unsure = {"revision": 1, "done": False, "effect": "unknown"}
+        later = create_runner(
+            budget=Budget(3, 3),
+            store=store,
+            task_id="t-again",
+            execute=lambda c: {"status": "ok"},
+            verify=lambda c, r: unsure,
+        )
+        stuck = later([pay("inv-9")])
+        assert (stuck.status, stuck.reason) == (Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT)
+    refused = loopguard_cli("--db", url, "reconcile", "inv-9", "not_committed", "--who", "ops")
+    assert refused.returncode == 1 and "committed" in refused.stderr  # a state refusal that says what disagrees
+    confirmed = loopguard_cli("--db", url, "--json", "reconcile", "inv-9", "committed", "--who", "ops", "--why", "seen")
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert json.loads(confirmed.stdout)["reopened_tasks"] == ["t-again"]  # the replayer may go on
+    with SQLStore(url) as store:
+        assert [t.kind for t in store.transitions("t-pay")] == ["confirm"]  # the answer, recorded with who and why
+        assert [t.kind for t in store.transitions("t-again")] == ["reconcile"]  # the replayer reopened by it
+        assert store.task("t-again").status == "running"  # type: ignore[union-attr]

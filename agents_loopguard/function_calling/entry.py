@@ -82,7 +82,7 @@ def _prepare(
         unwrap_values=False,
         label=in_flight_label,
     )
-    run.check_output_bound(opts.max_output_tokens)
+    run.meter.check_output_bound(opts.max_output_tokens)
     return Loop(
         api,
         run,

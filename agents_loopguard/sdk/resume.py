@@ -24,8 +24,9 @@ from ..budget import Policy
 from ..core import Guard
 from ..outcome import Outcome
 from ..store.base import PauseRecord, Store
+from .claims import ClaimedState
 from .pauses import persist_pause
-from .run import ClaimedState, run_guarded, run_sync
+from .run import run_guarded, run_sync
 
 __all__ = ["resume_guarded", "resume_guarded_sync"]
 

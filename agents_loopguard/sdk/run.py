@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import getpass
 import logging
 import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
@@ -59,16 +58,16 @@ from agents.result import RunResult, RunResultBase, RunResultStreaming
 from agents.stream_events import StreamEvent
 
 from .. import run as guarded
-from ..approvals import APPROVE, REJECT, DecisionError, ResumeError, claim_for_resume, decisions_for, find_pause_for
+from ..approvals import ResumeError
 from ..budget import Budget, Policy
 from ..core import Guard, Verdict
 from ..model_errors import classify_model_error
 from ..outcome import Outcome, Reason, Status
 from ..pricing import Price
 from ..run import GuardedRun, OnRefusal, Release, make_guard
-from ..store.base import PauseRecord, Store
-from ..store.defaults import default_store
+from ..store.base import Store
 from ._internal import ACTIVE_RUN, Halt, maybe_await, trace_decision
+from .claims import ClaimedState, continue_pause
 from .graph import guard_agent, guard_config, install_nested_guard
 from .hooks import GuardHooks
 from .pauses import persist_pause, waiting_detail
@@ -105,65 +104,7 @@ class GuardStopped(AgentsException, guarded.GuardStopped):
 # --- preparing a run ---------------------------------------------------------------------------------------
 
 
-class ClaimedState:
-    """A ``RunState`` whose pause was already checked and claimed (by :func:`~agents_loopguard.sdk.resume_guarded`):
-    run it as is."""
-
-    def __init__(self, state: RunState[Any]) -> None:
-        self.state = state
-
-
-def _decisions_in(state: RunState[Any], record: PauseRecord) -> dict[str, str]:
-    """The approve/reject decisions the application recorded in the SDK's own state (``state.approve(item)``)."""
-    context = getattr(state, "_context", None)
-    decisions: dict[str, str] = {}
-    for item in state.get_interruptions():
-        status = context.is_tool_approved(item.name, str(item.call_id)) if context is not None else None
-        if status is None:
-            raise DecisionError(
-                f"call {item.call_id!r} ({item.name}) of pause {record.pause_id!r} has no decision in the run state: "
-                "state.approve(item) or state.reject(item) for every interruption; nothing was run"
-            )
-        decisions[str(item.call_id)] = APPROVE if status else REJECT
-    return decisions
-
-
-def _continue_pause(
-    state: RunState[Any],
-    guard: Guard | None,
-    store: Store | None,
-    task_id: str | None,
-    policy: Policy | None,
-    who: str | None,
-) -> Guard:
-    """R13 by the SDK's own door: a ``RunState`` after ``state.approve()`` / ``state.reject()`` continues the
-    stored pause it came from (digest checked, resumed once, the decisions recorded, the counters continuing).
-    A state no stored pause waits for is refused: never a fresh budget."""
-    the_store = guard.store if guard is not None else store if store is not None else default_store()
-    record = find_pause_for(
-        the_store,
-        [str(item.call_id) for item in state.get_interruptions()],
-        task_id=guard.task_id if guard else task_id,
-    )
-    decisions = _decisions_in(state, record)
-    claimed, _ = claim_for_resume(
-        the_store,
-        record,
-        decisions_for(record, decisions),
-        who=who or f"{getpass.getuser()} (RunState)",
-        why="decided in the application's RunState",
-        given=True,
-    )
-    return Guard(
-        budget=claimed.budget,
-        store=the_store,
-        task_id=claimed.task_id,
-        policy=policy or (guard.policy if guard is not None else None),
-        secrets=guard.secrets if guard is not None else (),
-    )
-
-
-def _start(
+def start_run(
     guard: Guard | None,
     budget: Budget | None,
     store: Store | None,
@@ -200,14 +141,16 @@ def _entry(
     if isinstance(input, ClaimedState):
         input = input.state
     elif isinstance(input, RunState) and input.get_interruptions():
-        guard = _continue_pause(input, guard, store, task_id, policy, who)
+        guard = continue_pause(input, guard, store, task_id, policy, who)
         budget = store = task_id = policy = None
     elif isinstance(input, RunState):
         raise ResumeError(
             "run_guarded continues a RunState only from a stored approval pause (state.approve()/reject() on its "
             "interruptions); this state waits for no approval, and running it would start a fresh budget"
         )
-    return _start(guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release, prices=prices), input
+    return start_run(
+        guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release, prices=prices
+    ), input
 
 
 @dataclasses.dataclass
@@ -241,8 +184,8 @@ def _check_metering(agent: Agent[Any], config: RunConfig, run: GuardedRun) -> No
         model = config.model if config.model is not None else member.model
         name = model if isinstance(model, str) else getattr(getattr(model, "inner", model), "model", None)
         try:
-            run.check_output_bound(settings.max_tokens)
-            run.price_of(name if isinstance(name, str) else None)
+            run.meter.check_output_bound(settings.max_tokens)
+            run.meter.price_of(name if isinstance(name, str) else None)
         except ValueError as exc:
             raise ValueError(f"agent {member.name!r}: {exc}") from None
 
@@ -318,7 +261,7 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _error_verdict(run: GuardedRun, error: BaseException) -> Verdict | None:
+def error_verdict(run: GuardedRun, error: BaseException) -> Verdict | None:
     """What an exception out of the SDK run means; ``None`` for a programming error."""
     if run.verdict is not None:  # decided by the guard before the SDK noticed anything
         return run.verdict
@@ -383,7 +326,7 @@ async def _conclude(
         verdict = Verdict(Status.STOPPED, Reason.CANCELLED, "the run was cancelled")
     elif error is not None:
         sdk_result = getattr(error, "run_data", None)
-        known = _error_verdict(run, error)
+        known = error_verdict(run, error)
         if known is None:
             run.end(Verdict(Status.STOPPED, Reason.FATAL, f"{type(error).__name__}: {error}"), result=sdk_result)
             raise error

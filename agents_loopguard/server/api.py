@@ -60,6 +60,8 @@ class ReconcileBody(_Body):
     answer: Literal["committed", "not_committed", "unknown"]
     why: Text = ""
     result: Any = None
+    correct: bool = False
+    """Correct the ledger when the receiver contradicts the operation's known state (recorded as such)."""
 
 
 class RecoverBody(_Body):
@@ -158,7 +160,7 @@ def show_operation(request: Request, _: Operator, operation_id: str) -> dict[str
 def reconcile(request: Request, who: Operator, operation_id: str, body: ReconcileBody) -> dict[str, Any]:
     """For a write whose result is unknown: committed (with its result), not_committed, or still unknown."""
     return operator.reconcile_operation(
-        _store(request), operation_id, body.answer, who=who.name, why=body.why, result=body.result
+        _store(request), operation_id, body.answer, who=who.name, why=body.why, result=body.result, correct=body.correct
     )
 
 

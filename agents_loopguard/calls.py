@@ -1,0 +1,111 @@
+"""What the engine reasons about: a proposed call, the permission to execute it, and a decision to end.
+
+>>> Call(tool="save", args={"amount": 5}, kind="write", operation_id="order-42-confirm").kind
+'write'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .outcome import Reason, Status, Usage
+
+__all__ = ["KINDS", "UNSET", "Call", "Kind", "Ticket", "Verdict", "parse_call"]
+
+Kind = Literal["read", "write", "poll", "page"]
+KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
+UNSET: Any = object()
+"""The value of a :class:`Verdict` that carries none of its own."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """A proposed tool call, as the guard sees it.
+
+    >>> Call(tool="save", args={"amount": 5}, kind="write", operation_id="order-42-confirm").kind
+    'write'
+    """
+
+    tool: str
+    args: Mapping[str, Any]
+    kind: Kind = "read"
+    """read, write (needs an operation id), poll (asks about an async job), page (reads one page of a listing)."""
+    operation_id: str | None = None
+    """For writes: the stable business action ("confirm order 42 at version 3"), never the model's call id."""
+    call_id: str | None = None
+    """The model's call id, for the trace only."""
+    max_executions: int | None = None
+    """The tool's own limit of executions for the whole task (``None``: only the task's budget bounds it)."""
+
+
+def parse_call(proposal: Any) -> Call | str:
+    """Turn a proposal (a :class:`Call` or a mapping with tool, kind, args, operation_id) into a :class:`Call`.
+
+    Returns a short explanation instead when the proposal is not a valid call.
+
+    >>> parse_call({"tool": "search", "kind": "read", "args": {"q": "x"}}).args
+    {'q': 'x'}
+    >>> parse_call({"tool": "search", "kind": "delete", "args": {}})
+    "kind 'delete' is not one of page, poll, read, write"
+    """
+    fields: tuple[Any, ...]
+    if type(proposal) is not dict and isinstance(proposal, Call):
+        fields = (proposal.tool, proposal.args, proposal.kind, proposal.operation_id, proposal.call_id)
+        limit: Any = proposal.max_executions
+    elif isinstance(proposal, Mapping):
+        op = proposal.get("operation_id", proposal.get("operationId"))
+        fields = (proposal.get("tool"), proposal.get("args"), proposal.get("kind"), op, proposal.get("call_id"))
+        limit = proposal.get("max_executions")
+    else:
+        return f"proposal {type(proposal).__name__} is not a mapping"
+    tool, args, kind, op, call_id = fields
+    if not isinstance(tool, str) or not tool:
+        return f"tool {tool!r} is not a non-empty string"
+    if not isinstance(args, Mapping):
+        return f"args {type(args).__name__} is not an object"
+    if not isinstance(kind, str) or kind not in KINDS:
+        return f"kind {kind!r} is not one of {', '.join(sorted(KINDS))}"
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        return f"max_executions {limit!r} is not an int >= 0"
+    return Call(
+        tool,
+        args,
+        kind,  # type: ignore[arg-type]  # checked against KINDS above
+        op if isinstance(op, str) else None,  # a non-string id is a missing id, as in the prototype
+        call_id if isinstance(call_id, str) else None,
+        limit,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The guard's decision to end: a status and a reason. :meth:`Guard.end` makes it the terminal outcome."""
+
+    status: Status
+    reason: Reason
+    detail: str = ""
+    operation_id: str | None = None
+    value: Any = field(default=UNSET, repr=False)
+    """The outcome's value when it is not the last verified result (``completed``: the result that proved done)."""
+
+    @property
+    def has_value(self) -> bool:
+        """True when the verdict carries its own value (see :attr:`value`)."""
+        return self.value is not UNSET
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """Permission to execute one call (or, for a committed write, its stored result to return instead)."""
+
+    call: Call
+    proposal: Any
+    fingerprint: str
+    revision: int
+    """The task's validated revision when the call was authorized."""
+    replay: bool = False
+    """True for a committed write: do not execute; return :attr:`result`."""
+    result: Any = None
+    used: Usage = field(default_factory=Usage)

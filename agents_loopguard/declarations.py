@@ -1,0 +1,95 @@
+"""A tool's guard declaration, the same for every adapter: its kind, how a write names its operation, how the
+application verifies a result, its retries and its own limit; and how the model's raw arguments become a dict.
+
+>>> declare_tool("lookup", verify=lambda args, out: {"revision": 1, "done": False, "effect": "none"}).kind
+'read'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .calls import KINDS, Kind
+from .retry import NO_RETRY, RetryPolicy
+
+__all__ = ["ToolSpec", "Verify", "declare_tool", "parse_arguments"]
+
+Verify = Callable[[dict[str, Any], Any], Any]
+"""``verify(args, output) -> evidence``, sync or async: the application's trusted check of a tool result."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the guard needs to know about one tool: its kind, how a write names its operation, how to verify."""
+
+    kind: Kind = "read"
+    operation_id: Callable[[dict[str, Any]], Any] | None = None
+    """Derives the stable business operation id of a write from its arguments."""
+    verify: Verify | None = None
+    """The application's trusted check ``verify(args, output) -> evidence`` (sync or async)."""
+    declared: bool = True
+    """False for a tool the run guards as a read because nobody declared it."""
+    retry: RetryPolicy = NO_RETRY
+    """Retries of a transient failure verified to have had no effect (none by default)."""
+    max_executions: int | None = None
+    """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
+
+
+def declare_tool(
+    name: str,
+    *,
+    kind: Kind = "read",
+    operation_id: Callable[[dict[str, Any]], Any] | None = None,
+    verify: Verify | None = None,
+    retry: RetryPolicy = NO_RETRY,
+    max_executions: int | None = None,
+) -> ToolSpec:
+    """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
+
+    >>> declare_tool("refund", kind="write", verify=lambda a, out: None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: write tool 'refund' needs operation_id=callable(args) -> str: ...
+    """
+    if kind not in KINDS:
+        raise ValueError(f"tool {name!r}: kind {kind!r} is not one of {', '.join(sorted(KINDS))}")
+    if kind == "write":
+        if operation_id is None:
+            raise ValueError(
+                f"write tool {name!r} needs operation_id=callable(args) -> str: a stable business id derived from "
+                "the arguments (e.g. lambda a: f\"confirm-order-{a['order']}-v{a['version']}\"), never the call id"
+            )
+        if verify is None:
+            raise ValueError(
+                f"write tool {name!r} needs verify=callable(args, output) -> evidence: the application's check "
+                "that says whether the write committed"
+            )
+    elif operation_id is not None:
+        raise ValueError(f"tool {name!r}: operation_id only applies to kind='write'")
+    if max_executions is not None and (
+        isinstance(max_executions, bool) or not isinstance(max_executions, int) or max_executions < 0
+    ):
+        raise ValueError(f"tool {name!r}: max_executions must be an int >= 0 or None, got {max_executions!r}")
+    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, retry=retry, max_executions=max_executions)
+
+
+def parse_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | str:
+    """The model's JSON arguments as a dict, or why they are not a JSON object (empty input is ``{}``).
+
+    >>> parse_arguments("lookup", '{"order": 42}'), parse_arguments("lookup", "[42]")
+    ({'order': 42}, "the arguments for 'lookup' are a JSON list, not a JSON object")
+    """
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        return f"the arguments for {tool!r} are not JSON (not valid JSON: {exc})"
+    if not isinstance(parsed, dict):
+        return f"the arguments for {tool!r} are a JSON {type(parsed).__name__}, not a JSON object"
+    return parsed

@@ -1,0 +1,81 @@
+"""The SDK's own approval door (R13): a ``RunState`` after ``state.approve()`` / ``state.reject()`` continues the
+stored pause it came from, with the guarantees of :func:`~agents_loopguard.sdk.resume_guarded`.
+
+The pause is found by its pending calls (:func:`~agents_loopguard.approvals.find_pause_for`), checked and claimed
+once (:func:`~agents_loopguard.approvals.claim_for_resume`) with the decisions the application recorded in the
+state; the run goes on under the task's guard, its counters continuing. Everything that is not SDK translation
+is framework-free, in :mod:`agents_loopguard.approvals`.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from agents import RunState
+
+from ..approvals import APPROVE, REJECT, DecisionError, claim_for_resume, decisions_for, find_pause_for
+from ..budget import Policy
+from ..core import Guard
+from ..store.base import PauseRecord, Store
+from ..store.defaults import default_store
+
+__all__ = ["ClaimedState", "continue_pause"]
+
+
+class ClaimedState:
+    """A ``RunState`` whose pause was already checked and claimed (by :func:`~agents_loopguard.sdk.resume_guarded`):
+    run it as is."""
+
+    def __init__(self, state: RunState[Any]) -> None:
+        self.state = state
+
+
+def _decisions_in(state: RunState[Any], record: PauseRecord) -> dict[str, str]:
+    """The approve/reject decisions the application recorded in the SDK's own state (``state.approve(item)``)."""
+    context = getattr(state, "_context", None)
+    decisions: dict[str, str] = {}
+    for item in state.get_interruptions():
+        status = context.is_tool_approved(item.name, str(item.call_id)) if context is not None else None
+        if status is None:
+            raise DecisionError(
+                f"call {item.call_id!r} ({item.name}) of pause {record.pause_id!r} has no decision in the run state: "
+                "state.approve(item) or state.reject(item) for every interruption; nothing was run"
+            )
+        decisions[str(item.call_id)] = APPROVE if status else REJECT
+    return decisions
+
+
+def continue_pause(
+    state: RunState[Any],
+    guard: Guard | None,
+    store: Store | None,
+    task_id: str | None,
+    policy: Policy | None,
+    who: str | None,
+) -> Guard:
+    """R13 by the SDK's own door: a ``RunState`` after ``state.approve()`` / ``state.reject()`` continues the
+    stored pause it came from (digest checked, resumed once, the decisions recorded, the counters continuing).
+    A state no stored pause waits for is refused: never a fresh budget."""
+    the_store = guard.store if guard is not None else store if store is not None else default_store()
+    record = find_pause_for(
+        the_store,
+        [str(item.call_id) for item in state.get_interruptions()],
+        task_id=guard.task_id if guard else task_id,
+    )
+    decisions = _decisions_in(state, record)
+    claimed, _ = claim_for_resume(
+        the_store,
+        record,
+        decisions_for(record, decisions),
+        who=who or f"{getpass.getuser()} (RunState)",
+        why="decided in the application's RunState",
+        given=True,
+    )
+    return Guard(
+        budget=claimed.budget,
+        store=the_store,
+        task_id=claimed.task_id,
+        policy=policy or (guard.policy if guard is not None else None),
+        secrets=guard.secrets if guard is not None else (),
+    )
