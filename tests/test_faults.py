@@ -167,3 +167,20 @@ def test_a_ledger_and_receiver_disagreement_has_a_way_forward_from_the_command_l
         assert [t.kind for t in store.transitions("t-pay")] == ["confirm"]  # the answer, recorded with who and why
         assert [t.kind for t in store.transitions("t-again")] == ["reconcile"]  # the replayer reopened by it
         assert store.task("t-again").status == "running"  # type: ignore[union-attr]
+
+
+def test_a_budget_passed_for_an_existing_task_keeps_the_stored_one_and_says_so(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agents_loopguard import StateError
+
+    Guard(budget=Budget(model_turns=4, tool_executions=2), store=store, task_id="t-budget")
+    with caplog.at_level("WARNING", logger="agents_loopguard"):
+        again = Guard(budget=Budget(model_turns=40, tool_executions=2), store=store, task_id="t-budget")
+    assert again.budget.model_turns == 4  # never replaced silently, never extended without a record
+    (warning,) = [r for r in caplog.records if "keeps its stored budget" in r.getMessage()]
+    assert "model_turns 4 (asked 40)" in warning.getMessage() and "loopguard recover" in warning.getMessage()
+    with pytest.raises(StateError, match="keeps its stored budget"):
+        Guard(budget=Budget(model_turns=40, tool_executions=2), store=store, task_id="t-budget", strict_budget=True)
+    quiet = Guard(budget=Budget(model_turns=4, tool_executions=2), store=store, task_id="t-budget")
+    assert quiet.budget.model_turns == 4
