@@ -275,8 +275,12 @@ def test_recover_still_refuses_while_the_named_operation_is_unknown(store: Store
     assert outcome.reason is Reason.UNKNOWN_COMMIT and outcome.operation_id == "inv-7-pay"
     with pytest.raises(RecoveryRefused, match="'inv-7-pay' is still unknown"):
         recover(store, "t-other", who="lead", why="try")
-    reconcile(store, "inv-7-pay", "committed", who="ops")
-    assert recover(store, "t-other", who="lead", why="answered").kind == "recover"
+    answer = reconcile(store, "inv-7-pay", "committed", who="ops")
+    # the answer reopens every task that waited on the operation: nothing is left for a recovery to do
+    assert answer.reopened_elsewhere == ("t-other",)
+    assert store.task("t-other").status == "running"  # type: ignore[union-attr]
+    with pytest.raises(RecoveryRefused, match="is running"):
+        recover(store, "t-other", who="lead", why="answered")
 
 
 def test_every_answer_about_an_operation_is_recorded_and_an_unknown_one_is_not(store: Store) -> None:
