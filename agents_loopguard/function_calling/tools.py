@@ -29,8 +29,8 @@ class GuardedTool:
     ``fn`` is called with the model's arguments as keyword arguments (a coroutine function in the async loops).
     ``verify(args, output)`` is the application's trusted check of the result: it returns evidence
     ``{"revision": int, "done": bool, "effect": "none" | "committed" | "not_committed" | "unknown"}`` (see
-    :class:`~agents_loopguard.evidence.Evidence`). A read without ``verify`` never advances the revision, so
-    reads alone end in ``no_progress`` after ``Policy.max_stalled`` of them. A write needs ``operation_id``
+    :class:`~agents_loopguard.evidence.Evidence`). A read without ``verify`` is unverified: it never advances the
+    revision, and ``Policy.max_unverified`` of them in a row end in ``no_progress``. A write needs ``operation_id``
     (the stable business action, from the arguments) and ``verify``.
 
     >>> confirm = GuardedTool("confirm_order", lambda order_id, version: {"receipt": f"r-{order_id}"},
