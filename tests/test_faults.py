@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, Guard, OperationState, Reason, Status, Verdict
-from agents_loopguard.store import Store
+from agents_loopguard.store import SQLStore, Store
 
 COMMITTED = {"revision": 1, "done": False, "effect": "committed"}
 
@@ -184,3 +184,27 @@ def test_a_budget_passed_for_an_existing_task_keeps_the_stored_one_and_says_so(
         Guard(budget=Budget(model_turns=40, tool_executions=2), store=store, task_id="t-budget", strict_budget=True)
     quiet = Guard(budget=Budget(model_turns=4, tool_executions=2), store=store, task_id="t-budget")
     assert quiet.budget.model_turns == 4
+
+
+@pytest.mark.timeout(150)
+def test_r16_two_worker_processes_ending_one_task_both_report_the_stored_outcome(sql_url: str, tmp_path: Any) -> None:
+    """Two OS processes end the same task at once with different verdicts: one wins, and the loser reports what the
+    store kept (the winner's outcome), never its own; each guard then stays ended with the kept outcome."""
+    from tests.test_store_processes import Worker, prepared, start_together
+
+    url = prepared(sql_url)
+    verdicts = [("completed", "validated_done"), ("stopped", "no_progress")]
+    workers = [
+        Worker(
+            tmp_path, f"w{i}", "finish", url=url, go=str(tmp_path / "go"), task="t-race", worker=i, status=s, reason=r
+        )
+        for i, (s, r) in enumerate(verdicts)
+    ]
+    start_together(tmp_path, workers)
+    results = [w.finish() for w in workers]
+    with SQLStore(url) as store:
+        stored = store.task("t-race").outcome  # type: ignore[union-attr]
+    kept = [stored["status"], stored["reason"], stored["detail"]]
+    assert kept in ([*verdicts[0], "worker 0"], [*verdicts[1], "worker 1"])
+    assert [r["outcome"] for r in results] == [kept, kept]
+    assert [r["next_turn"] for r in results] == [[kept[1], "the guard has already ended"]] * 2

@@ -192,7 +192,24 @@ def retry_write(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"answers": answers}
 
 
-MODES = {f.__name__: f for f in (race, budget, tool_limit, stop_loop, stopper, hang_write, retry_write)}
+def finish(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Workers of one task end it at the same moment, each with its own verdict; each reports what ``end`` returned."""
+    from agents_loopguard import Reason, Status
+
+    store = SQLStore(cfg["url"])
+    guard = Guard(budget=Budget(model_turns=5, tool_executions=5), store=store, task_id=cfg["task"])
+    verdict = Verdict(Status(cfg["status"]), Reason(cfg["reason"]), f"worker {cfg['worker']}")
+    start_together(cfg)
+    outcome = guard.end(verdict)
+    again = guard.begin_turn()  # the guard is sticky with what the store kept, not with its own verdict
+    store.close()
+    return {
+        "outcome": [str(outcome.status), str(outcome.reason), outcome.detail],
+        "next_turn": None if again is None else [str(again.reason), again.detail],
+    }
+
+
+MODES = {f.__name__: f for f in (race, budget, tool_limit, stop_loop, stopper, hang_write, retry_write, finish)}
 
 
 def main() -> None:
