@@ -13,6 +13,7 @@ from __future__ import annotations
 import getpass
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -518,11 +519,28 @@ def recover_cmd(
     why: Annotated[str, typer.Option(help="The evidence for continuing.")],
     more_turns: Annotated[int, typer.Option(min=0, help="Model turns to add to the limit.")] = 0,
     more_tools: Annotated[int, typer.Option(min=0, help="Tool executions to add to the limit.")] = 0,
+    more_cost: Annotated[float, typer.Option(min=0, help="Cost to add to the cost limit.")] = 0.0,
+    more_input_tokens: Annotated[int, typer.Option(min=0, help="Input tokens to add to that limit.")] = 0,
+    more_output_tokens: Annotated[int, typer.Option(min=0, help="Output tokens to add to that limit.")] = 0,
+    more_total_tokens: Annotated[int, typer.Option(min=0, help="Tokens to add to the total token limit.")] = 0,
+    deadline_in: Annotated[
+        float | None, typer.Option(min=0, help="A new deadline, this many seconds from now (replaces the old one).")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Reopen a stopped or partial task by a recorded decision, optionally extending its limits; counters stay."""
     _json_flag(as_json)
-    delta = {k: v for k, v in {"model_turns": more_turns, "tool_executions": more_tools}.items() if v}
+    more: dict[str, Any] = {
+        "model_turns": more_turns,
+        "tool_executions": more_tools,
+        "cost": more_cost,
+        "input_tokens": more_input_tokens,
+        "output_tokens": more_output_tokens,
+        "total_tokens": more_total_tokens,
+    }
+    delta = {k: v for k, v in more.items() if v}
+    if deadline_in is not None:
+        delta["deadline"] = time.time() + deadline_in
     with _listed_by("tasks"):
         done = operator.recover_task(_store(), task_id, who=who, why=why, extend=delta)
     _emit(done, lambda: typer.echo(done["message"]))

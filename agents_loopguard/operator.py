@@ -582,4 +582,22 @@ def recover_task(
         f"{_plural(b.tool_executions, 'tool execution')}; used so far {_plural(u.models, 'turn')} and "
         f"{_plural(u.tools, 'tool execution')}"
     )
-    return {"task": _row(after), "transition": _transition(transition), "message": message}
+    return {"task": _row(after), "transition": _transition(transition), "message": message + _other_limits(b, u)}
+
+
+def _other_limits(budget: Budget, used: Usage) -> str:
+    """The cost, token and deadline limits a task has, with what is used of them (empty when it has none)."""
+    spent = {
+        "cost": used.cost,
+        "input_tokens": used.input_tokens,
+        "output_tokens": used.output_tokens,
+        "total_tokens": used.input_tokens + used.output_tokens,
+    }
+    parts = [
+        f"{name.replace('_', ' ')} {limit:g} (used {spent[name]:g})"
+        for name in spent
+        if (limit := getattr(budget, name)) is not None
+    ]
+    if budget.deadline is not None:
+        parts.append(f"deadline {iso_time(budget.deadline)}")
+    return "; " + ", ".join(parts) if parts else ""

@@ -425,3 +425,21 @@ def test_demo_as_json(tmp_path: Path) -> None:
         ("needs_reconciliation", "executor_exception"),
         ("needs_reconciliation", "unknown_commit"),
     ]
+
+
+def test_recover_from_the_cli_extends_cost_tokens_and_the_deadline(sql_url: str) -> None:
+    """Every limit a budget has can be extended from the command line, not only turns and tool executions."""
+    budget = Budget(model_turns=2, tool_executions=2, cost=1.0, input_tokens=100, total_tokens=150, deadline=1.0)
+    with SQLStore(sql_url) as store:
+        guard = Guard(budget=budget, store=store, task_id="t-x", clock=lambda: 5.0)
+        guard.end(guard.begin_turn())  # type: ignore[arg-type]  # past its deadline
+    args = ["--more-cost", "0.5", "--more-input-tokens", "50", "--more-total-tokens", "70", "--deadline-in", "3600"]
+    out = loopguard("recover", "t-x", "--who", "lead", "--why", "a bigger document", *args, url=sql_url)
+    assert "cost 1.5 (used 0)" in out.stdout and "input tokens 150 (used 0)" in out.stdout
+    assert "total tokens 220" in out.stdout and "deadline 20" in out.stdout
+    with SQLStore(sql_url) as store:
+        after = store.task("t-x").budget  # type: ignore[union-attr]
+    assert (after.cost, after.input_tokens, after.output_tokens, after.total_tokens) == (1.5, 150, None, 220)
+    assert after.deadline is not None and after.deadline > 1_000_000_000  # an hour from now, on the wall clock
+    bad = loopguard("recover", "t-x", "--who", "lead", "--why", "w", "--more-cost", "-1", url=sql_url, check=False)
+    assert bad.returncode == 2
