@@ -519,12 +519,7 @@ class Guard:
             or (proof.done and proof.effect is not Effect.COMMITTED)
         ):
             self._trace_only(ticket, "unknown_effect", state=str(OperationState.UNKNOWN))
-            return Verdict(
-                Status.NEEDS_RECONCILIATION,
-                Reason.UNKNOWN_COMMIT,
-                f"the write's effect is {proof.effect}: not proven committed or not committed",
-                op_id,
-            )
+            return Verdict(Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT, _unproven(ticket, proof), op_id)
         return status, proof
 
     def _trace_only(self, ticket: Ticket, result_class: str, *, state: str | None = None) -> None:
@@ -680,6 +675,18 @@ def _is_json(value: Any) -> bool:
     except CanonicalError:
         return False
     return True
+
+
+def _unproven(ticket: Ticket, proof: Evidence) -> str:
+    """Why a write's effect is not proven; for a replay, what disagrees (the ledger's committed, the receiver's)."""
+    if ticket.replay:
+        op_id = ticket.call.operation_id
+        return (
+            f"the ledger holds operation {op_id!r} as committed but its verify now says {proof.effect}: the ledger "
+            "and the receiver disagree; ask the receiver, then confirm the ledger or correct it (loopguard "
+            "reconcile --correct)"
+        )
+    return f"the write's effect is {proof.effect}: not proven committed or not committed"
 
 
 def _page_cycle(proof: Evidence, progress: Progress) -> Verdict | None:

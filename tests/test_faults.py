@@ -158,6 +158,9 @@ def test_a_ledger_and_receiver_disagreement_has_a_way_forward_from_the_command_l
         )
         stuck = later([pay("inv-9")])
         assert (stuck.status, stuck.reason) == (Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT)
+        # the detail says what disagrees: the ledger's committed against the receiver's answer now
+        assert "holds operation 'inv-9' as committed" in stuck.detail and "verify now says unknown" in stuck.detail
+        assert "reconcile --correct" in stuck.detail
     refused = loopguard_cli("--db", url, "reconcile", "inv-9", "not_committed", "--who", "ops")
     assert refused.returncode == 1 and "committed" in refused.stderr  # a state refusal that says what disagrees
     confirmed = loopguard_cli("--db", url, "--json", "reconcile", "inv-9", "committed", "--who", "ops", "--why", "seen")
