@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .budget import Budget, Policy
+from .budget import TOKEN_LIMITS, Budget, Policy
 from .calls import Verdict
 from .core import Guard
 from .outcome import Outcome, Reason, Status
@@ -59,6 +59,12 @@ def create_runner(
             raise TypeError("create_runner: pass the store once, as store= (ledger= is its deprecated alias)")
         warnings.warn("create_runner(ledger=...) is deprecated: pass store=...", DeprecationWarning, stacklevel=2)
         store = ledger
+    unmetered = [name for name in ("cost", *TOKEN_LIMITS) if getattr(budget, name) is not None]
+    if unmetered:  # the runner sends no model request: nothing could reserve or charge these limits
+        raise ValueError(
+            f"create_runner cannot enforce the budget's {', '.join(unmetered)} limit: it makes no model request to "
+            "meter; use run_guarded or the function-calling loop, which reserve and settle cost and tokens"
+        )
     guard = Guard(
         budget=budget,
         store=store,

@@ -402,3 +402,11 @@ def test_invariants_hold_for_any_input(sc: Scenario, rounds: int) -> None:
     assert len(writes) == len(store.claims), "a write executed without claiming its operation"
     for op, before in store.claims:
         assert before in (None, "not_committed"), f"{op} executed again while {before}"
+
+
+@pytest.mark.parametrize("limit", ["cost", "input_tokens", "output_tokens", "total_tokens"])
+def test_r2_a_limit_the_runner_cannot_meter_is_refused_never_ignored(limit: str) -> None:
+    """create_runner sends no model request, so a cost or token limit could never be charged: refused at the call."""
+    budget = Budget(model_turns=3, tool_executions=3, **{limit: 10})
+    with pytest.raises(ValueError, match=f"cannot enforce the budget's {limit} limit"):
+        create_runner(budget=budget, execute=lambda c: {"status": "ok"}, verify=lambda c, r: None)
