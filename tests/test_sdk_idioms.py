@@ -347,6 +347,11 @@ def test_r2_a_limit_the_run_cannot_enforce_is_refused_before_anything_runs() -> 
             asyncio.run(run_guarded(http_agent(server), "q", budget=Budget(5, 0, cost=1.0)))
         with pytest.raises(ValueError, match="no entry for model"):
             asyncio.run(run_guarded(http_agent(server), "q", budget=Budget(5, 0, cost=1.0), prices={"o3": Price(1, 1)}))
+        # an agent used as a tool is part of the run: its unbounded requests are refused before anything runs too
+        inner = http_agent(server, max_tokens=None).clone(name="inner")
+        outer = http_agent(server).clone(tools=[inner.as_tool(tool_name="ask", tool_description="Ask.")])
+        with pytest.raises(ValueError, match="agent 'inner'.*max_tokens"):
+            asyncio.run(run_guarded(outer, "q", budget=Budget(5, 5, total_tokens=100)))
         assert server.requests == []
 
 

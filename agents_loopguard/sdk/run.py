@@ -165,7 +165,8 @@ class _Prepared:
 
 
 def _graph(agent: Agent[Any]) -> list[Agent[Any]]:
-    """The agents a run can reach by handoff (``Handoff`` objects resolve at run time and are not followed)."""
+    """The agents a run can reach by handoff or as a tool (``agent.as_tool()``); ``Handoff`` objects resolve at run
+    time and are not followed, nor a ``Runner.run`` inside a tool body."""
     seen: dict[int, Agent[Any]] = {}
     todo = [agent]
     while todo:
@@ -173,6 +174,8 @@ def _graph(agent: Agent[Any]) -> list[Agent[Any]]:
         if id(current) not in seen:
             seen[id(current)] = current
             todo.extend(h for h in current.handoffs if isinstance(h, Agent))
+            nested = (getattr(t, "_agent_instance", None) for t in current.tools)
+            todo.extend(a for a in nested if isinstance(a, Agent))
     return list(seen.values())
 
 
