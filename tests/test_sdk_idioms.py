@@ -350,7 +350,7 @@ def test_r2_a_limit_the_run_cannot_enforce_is_refused_before_anything_runs() -> 
         # an agent used as a tool is part of the run: its unbounded requests are refused before anything runs too
         inner = http_agent(server, max_tokens=None).clone(name="inner")
         outer = http_agent(server).clone(tools=[inner.as_tool(tool_name="ask", tool_description="Ask.")])
-        with pytest.raises(ValueError, match="agent 'inner'.*max_tokens"):
+        with pytest.raises(ValueError, match=r"agent 'inner'.*max_tokens"):
             asyncio.run(run_guarded(outer, "q", budget=Budget(5, 5, total_tokens=100)))
         assert server.requests == []
 
