@@ -137,10 +137,11 @@ def test_a_refused_call_never_runs_the_body_and_ends_the_run() -> None:
         refused = call_tool_sync(fetch, bad)
         assert refused.outcome is not None and refused.outcome.reason is Reason.INVALID_CALL, bad
         assert refused.guard.used.tools == 0
-    # what the model reads: the guard's refusal of text that is no JSON object; the SDK's failure message for
-    # arguments its schema rejects (the SDK formats its own validation error; the guard refuses the call)
+    # what the model reads: the guard's refusal, for text that is no JSON object and for arguments the schema
+    # rejects alike (it used to read the SDK's generic failure message for the latter, as the raw loop never did)
     assert "invalid_call" in call_tool_sync(fetch, "{not json").output
-    assert call_tool_sync(fetch, {"n": "not a number"}).output == SDK_MESSAGE
+    schema = call_tool_sync(fetch, {"n": "not a number"}).output
+    assert "invalid_call" in schema and "do not match its JSON schema" in schema and schema != SDK_MESSAGE
     assert ran == []
 
 

@@ -175,13 +175,13 @@ def _guarded_invoker(
         try:
             output = await inner(ctx, args_json)
         except Exception:
-            if not invocation.entered:
-                _schema_rejected(run, spec, name)
+            if not invocation.entered:  # the SDK's schema validation raised: the model reads the refusal
+                return _schema_rejected(run, spec, name).message
             raise
         finally:
             _INVOCATION.reset(token)
         if not invocation.entered:  # the SDK's schema validation refused the arguments; the body did not run
-            _schema_rejected(run, spec, name)
+            return _schema_rejected(run, spec, name).message  # the refusal, not the SDK's generic failure text
         return output
 
     def bind(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
@@ -199,8 +199,8 @@ def _guarded_invoker(
     return on_invoke_tool
 
 
-def _schema_rejected(run: GuardedRun, spec: ToolSpec, name: str) -> None:
-    run.refuse_invalid(name, spec.kind, f"the arguments for {name!r} do not match its JSON schema")
+def _schema_rejected(run: GuardedRun, spec: ToolSpec, name: str) -> Executed:
+    return run.refuse_invalid(name, spec.kind, f"the arguments for {name!r} do not match its JSON schema")
 
 
 def tool_spec(tool: FunctionTool) -> ToolSpec | None:
