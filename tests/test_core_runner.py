@@ -148,6 +148,7 @@ OK = {"status": "ok"}
 
 
 def test_article_demo_two_identical_writes_execute_once() -> None:
+    """Rules: R10 (writes and the ledger)."""
     receipts: dict[str, Any] = {}
     clock = {"t": 0}
 
@@ -293,6 +294,7 @@ def test_committed_write_is_not_executed_again_across_runners() -> None:
 
 
 def test_finished_runner_is_sticky_even_after_an_exception_in_the_caller() -> None:
+    """Rules: R11 (outcomes)."""
     run = create_runner(
         budget=Budget(model_turns=1, tool_executions=1), now=lambda: 0, execute=lambda c: OK, verify=lambda c, r: ev()
     )
@@ -360,6 +362,8 @@ scenarios = st.builds(
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios)
 def test_differential_against_prototype(sc: Scenario) -> None:
+    """Rules: R6 (progress is decided by the application), R7 (repetition and stall), R10 (writes and the ledger), R11
+    (outcomes)."""
     both(sc)
 
 

@@ -219,6 +219,7 @@ CONFIRM_42 = {"order_id": 42, "version": 3}
 def test_lookup_then_confirm_completes_and_drops_required_for_the_final_answer(
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
+    """Rules: R12 (tool_choice), R11 (outcomes)."""
     shop = Shop()
     server.add(
         tool_call("lookup_order", {"order_id": 42}),
@@ -293,6 +294,7 @@ def test_parallel_calls_each_go_through_the_guard_in_order(server: ScriptedOpenA
 def test_invalid_calls_are_refused_by_the_guard_before_any_execution(
     server: ScriptedOpenAIServer, api: str, name: str, arguments: str, detail: str
 ) -> None:
+    """Rules: R1 (gate before execution), R4 (trace)."""
     shop = Shop()
     store = MemoryStore()
     server.add(tool_calls(function_call("lookup_order", {"order_id": 7}), function_call(name, arguments)))
@@ -312,6 +314,7 @@ def test_invalid_calls_are_refused_by_the_guard_before_any_execution(
 def test_calls_after_validated_done_in_the_same_response_are_not_executed(
     server: ScriptedOpenAIServer, api: str
 ) -> None:
+    """Rules: R12 (tool_choice), R11 (outcomes)."""
     shop = Shop()
     server.add(
         tool_calls(function_call("confirm_order", CONFIRM_42), function_call("lookup_order", {"order_id": 7})),
@@ -328,6 +331,7 @@ def test_calls_after_validated_done_in_the_same_response_are_not_executed(
 def test_required_drops_to_none_when_no_tool_execution_is_left(
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
+    """Rules: R12 (tool_choice), R2 (separate counters)."""
     shop = Shop()
 
     def answer(body: dict[str, Any]) -> Any:
@@ -345,6 +349,7 @@ def test_required_drops_to_none_when_no_tool_execution_is_left(
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_a_forced_function_that_ran_is_no_longer_forced(server: ScriptedOpenAIServer, api: str) -> None:
+    """Rules: R12 (tool_choice)."""
     shop = Shop(done_on_confirm=False)
     server.add(tool_call("lookup_order", {"order_id": 42}), tool_call("confirm_order", CONFIRM_42), final_text("ok"))
     outcome = run_loop(
@@ -370,6 +375,7 @@ def test_the_model_budget_ends_a_model_that_never_stops_calling(
 def test_the_same_call_at_the_same_revision_is_refused_before_its_third_execution(
     server: ScriptedOpenAIServer,
 ) -> None:
+    """Rules: R7 (repetition and stall)."""
     shop = Shop()
     server.add(*[tool_call("lookup_order", {"order_id": 99}) for _ in range(5)])  # not found: no new fact
     outcome = run_loop(server, "chat", "sync", tools=shop.tools(), budget=Budget(10, 10))
@@ -380,6 +386,7 @@ def test_the_same_call_at_the_same_revision_is_refused_before_its_third_executio
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_a_committed_write_proposed_again_returns_its_stored_result(server: ScriptedOpenAIServer, api: str) -> None:
+    """Rules: R10 (writes and the ledger)."""
     shop = Shop(done_on_confirm=False)
     server.add(tool_call("confirm_order", CONFIRM_42), tool_call("confirm_order", CONFIRM_42), final_text("ok"))
     outcome = run_loop(server, api, "sync", tools=shop.tools(), budget=Budget(5, 5))
@@ -400,6 +407,7 @@ def test_a_finished_guard_returns_the_same_outcome_and_asks_nothing(server: Scri
 
 
 def test_the_stop_mark_set_from_elsewhere_is_seen_before_the_next_call(server: ScriptedOpenAIServer) -> None:
+    """Rules: R3 (shared stop mark)."""
     store = MemoryStore()
 
     def lookup(order_id: int) -> dict[str, Any]:
@@ -422,6 +430,7 @@ def test_the_stop_mark_set_from_elsewhere_is_seen_before_the_next_call(server: S
 
 @pytest.mark.parametrize(("api", "mode"), COMBOS)
 def test_every_attempt_reserves_a_model_turn(server: ScriptedOpenAIServer, api: str, mode: str) -> None:
+    """Rules: R1 (gate before execution), R2 (separate counters)."""
     shop = Shop()
     server.add(
         http_error(500, retry_after_ms=1),
@@ -545,7 +554,10 @@ def test_the_deadline_bounds_a_request_in_flight_with_the_clients_default_timeou
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
     """Issue: a stalled server held a worker for the client's own timeout (600 s by default), far past the deadline.
-    Each request now goes out with ``timeout = min(client timeout, deadline - now)``; the run ends at the deadline."""
+    Each request now goes out with ``timeout = min(client timeout, deadline - now)``; the run ends at the deadline.
+
+    Rules: R2 (separate counters).
+    """
     server.add(stall(30), final_text("too late"))
     store = MemoryStore()
     outcome = run_loop(
@@ -581,6 +593,7 @@ def test_a_backoff_that_would_cross_the_deadline_stops_without_waiting(server: S
 def test_a_read_retried_after_transient_failures_counts_every_attempt(
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
+    """Rules: R2 (separate counters)."""
     shop = Shop()
     shop.faults["lookup_order"] = [("before", TimeoutError("slow")), ("before", ConnectionError("reset"))]
     server.add(tool_call("lookup_order", {"order_id": 42}), final_text("Order 42 is open."))
@@ -645,6 +658,7 @@ def test_a_write_is_retried_only_when_verify_proves_it_did_not_happen(server: Sc
 def test_a_write_whose_failed_attempt_may_have_happened_is_never_retried(
     server: ScriptedOpenAIServer, verify_says: str, status: Status, reason: Reason
 ) -> None:
+    """Rules: R10 (writes and the ledger)."""
     seen: list[Any] = []
 
     def confirm(order_id: int, version: int) -> dict[str, Any]:
@@ -717,6 +731,7 @@ def test_an_unclassified_tool_exception_ends_the_run_through_guard_fail(
 def test_cancelling_the_async_loop_records_the_write_in_flight(
     server: ScriptedOpenAIServer, api: str, hang_in: str
 ) -> None:
+    """Rules: R3 (shared stop mark), R10 (writes and the ledger)."""
     started = asyncio.Event()
 
     async def hang() -> None:

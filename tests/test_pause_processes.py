@@ -122,6 +122,7 @@ def pause_in_this_process(store: SQLStore, scenario: str, task_id: str) -> Any:
 def test_a_resume_in_another_process_continues_the_counters(
     db: SQLStore, sql_url: str, journal: Path, workers: list[Worker]
 ) -> None:
+    """Rules: R13 (approval pauses), R16 (many workers)."""
     paused = pause_in_this_process(db, "continue", "t-continue")
     assert (paused.status, paused.reason, paused.used) == (Status.NEEDS_HUMAN, Reason.APPROVAL, Usage(4, 3))
     pause = db.pause(paused.pause_id or "")
@@ -195,6 +196,7 @@ def test_approving_the_same_write_forever_stops_at_the_task_budget(
 def test_two_processes_resuming_one_pause_at_once_one_wins(
     db: SQLStore, sql_url: str, journal: Path, tmp_path: Path, workers: list[Worker]
 ) -> None:
+    """Rules: R13 (approval pauses), R16 (many workers)."""
     paused = pause_in_this_process(db, "once", "t-race")
     decide(db, paused.pause_id or "", who="ana", approve_all=True)
     barrier = tmp_path / "barrier"

@@ -77,6 +77,7 @@ class CountingHooks(RunHooks[Any]):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_model_attempt_is_counted_sdk_retries_included(stream: bool) -> None:
+    """Rules: R2 (separate counters)."""
     model = ScriptedModel([network_error(), network_error(), [assistant_message("hi")]])
     agent = Agent(name="a", model=model, model_settings=retrying(3))
     hooks = CountingHooks()
@@ -96,6 +97,7 @@ def test_every_model_attempt_is_counted_sdk_retries_included(stream: bool) -> No
 
 
 def test_retries_cannot_overshoot_the_model_budget_and_a_refusal_is_never_retried() -> None:
+    """Rules: R1 (gate before execution), R2 (separate counters)."""
     model = ScriptedModel([network_error()] * 5 + [[assistant_message("hi")]])
     agent = Agent(name="a", model=model, model_settings=retrying(5, policy=lambda _ctx: True))  # retry anything
     outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(model_turns=2, tool_executions=2)))
@@ -125,6 +127,7 @@ def test_a_run_config_model_and_a_provider_model_are_guarded_too() -> None:
 
 @pytest.mark.parametrize("mode", ["end", "continue"])
 def test_a_parallel_batch_cannot_overshoot_the_tool_budget(mode: Any) -> None:
+    """Rules: R1 (gate before execution), R2 (separate counters)."""
     batch = [function_call("work", {"n": i}, call_id=f"c{i}") for i in range(1, 7)]
     agent = Agent(name="a", model=ScriptedModel([batch, [assistant_message("done")]]), tools=[work])
     outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(model_turns=5, tool_executions=3), on_refusal=mode))
@@ -166,6 +169,7 @@ def test_plain_function_tools_in_the_graph_are_guarded_as_reads() -> None:
 
 
 def test_the_task_budget_spans_runs() -> None:
+    """Rules: R2 (separate counters)."""
     store = MemoryStore()
     budget = Budget(model_turns=20, tool_executions=3)
 
@@ -190,6 +194,8 @@ def stop_from_elsewhere(reason: str = "operator") -> None:
 
 
 def test_the_stop_mark_is_checked_before_the_next_model_call() -> None:
+    """Rules: R3 (shared stop mark)."""
+
     @guarded_tool
     def stopper(n: int) -> str:
         """Another process stops the task while this runs."""
@@ -204,6 +210,8 @@ def test_the_stop_mark_is_checked_before_the_next_model_call() -> None:
 
 
 def test_the_stop_mark_is_checked_before_every_tool_execution() -> None:
+    """Rules: R3 (shared stop mark)."""
+
     @guarded_tool
     def stopper(n: int) -> str:
         """Stops the task."""
@@ -218,6 +226,7 @@ def test_the_stop_mark_is_checked_before_every_tool_execution() -> None:
 
 
 def test_the_stop_mark_is_checked_before_a_handoff() -> None:
+    """Rules: R3 (shared stop mark)."""
     specialist_model = ScriptedModel([[assistant_message("never")]])
     specialist = Agent(name="specialist", model=specialist_model)
 
@@ -273,6 +282,7 @@ def test_handoffs_may_form_a_cycle() -> None:
 
 
 def test_an_agent_used_as_a_tool_has_its_model_and_tools_counted() -> None:
+    """Rules: R2 (separate counters)."""
     inner_model = ScriptedModel([[function_call("work", {"n": 5}, call_id="i1")], [assistant_message("inner done")]])
     inner = Agent(name="researcher", model=inner_model, tools=[work])
     outer_model = ScriptedModel(
@@ -286,6 +296,7 @@ def test_an_agent_used_as_a_tool_has_its_model_and_tools_counted() -> None:
 
 
 def test_the_model_budget_reaches_inside_an_agent_used_as_a_tool() -> None:
+    """Rules: R2 (separate counters)."""
     inner_model = ScriptedModel([[function_call("work", {"n": i}, call_id=f"i{i}")] for i in range(1, 9)])
     inner = Agent(name="researcher", model=inner_model, tools=[work])
     outer_model = ScriptedModel(
@@ -298,6 +309,8 @@ def test_the_model_budget_reaches_inside_an_agent_used_as_a_tool() -> None:
 
 
 def test_tools_that_appear_only_at_run_time_are_counted_by_the_hooks() -> None:
+    """Rules: R2 (separate counters)."""
+
     @function_tool
     def runtime_tool(q: str) -> str:
         """Appears at run time, like an MCP tool."""

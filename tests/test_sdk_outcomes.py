@@ -119,6 +119,7 @@ def test_validated_done_from_a_tool_is_completed_with_the_verified_value() -> No
 
 
 def test_a_final_answer_nobody_validated_is_partial_with_the_last_verified_value() -> None:
+    """Rules: R6 (progress is decided by the application), R11 (outcomes)."""
     scenario = lambda: agent_for(step("read_page", {"page": 1}, "c1"), step("read_page", {"page": 2}, "c2"))  # noqa: E731
     for outcome in both_modes(scenario):
         assert (outcome.status, outcome.reason, outcome.value, outcome.revision) == (
@@ -131,6 +132,7 @@ def test_a_final_answer_nobody_validated_is_partial_with_the_last_verified_value
 
 
 def test_verify_output_lets_a_final_answer_complete_the_task() -> None:
+    """Rules: R6 (progress is decided by the application), R11 (outcomes)."""
     outcome = asyncio.run(
         run_guarded(agent_for(final="42"), "go", budget=BUDGET, verify_output=lambda out: out == "42")
     )
@@ -149,6 +151,7 @@ def test_verify_output_lets_a_final_answer_complete_the_task() -> None:
 
 
 def test_max_turns_is_stopped_max_turns_not_an_exception() -> None:
+    """Rules: R11 (outcomes)."""
     scenario = lambda: agent_for(*[step("read_page", {"page": i}, f"c{i}") for i in range(1, 6)])  # noqa: E731
     for outcome in both_modes(scenario, max_turns=2):
         assert (outcome.status, outcome.reason, outcome.value) == (Status.STOPPED, Reason.MAX_TURNS, "page 2")
@@ -237,6 +240,7 @@ def test_refusal_raise_mode_raises_with_the_stored_outcome() -> None:
 
 
 def test_a_finished_task_returns_its_outcome_and_runs_nothing() -> None:
+    """Rules: R11 (outcomes)."""
     store = MemoryStore()
     first = asyncio.run(run_guarded(looping_agent(), "go", budget=BUDGET, store=store, task_id="t"))
     agent = looping_agent()
@@ -309,6 +313,7 @@ def test_a_write_that_timed_out_needs_reconciliation_and_is_not_sent_again() -> 
 
 
 def test_a_write_that_raised_after_its_effect_is_unknown_and_blocks_a_resend() -> None:
+    """Rules: R10 (writes and the ledger)."""
     store = MemoryStore()
     first = asyncio.run(
         run_guarded(agent_for(step("ship", {"order": 3}, "c1")), "go", budget=BUDGET, store=store, task_id="t1")
@@ -404,6 +409,7 @@ def test_a_programming_error_ends_the_task_as_fatal_and_is_raised() -> None:
 
 
 def test_cancelling_the_run_task_is_stopped_cancelled_with_the_calls_in_flight() -> None:
+    """Rules: R3 (shared stop mark)."""
     started: list[asyncio.Event] = []
 
     @guarded_tool
@@ -498,6 +504,7 @@ def refund(order: int) -> str:
 
 
 def test_an_approval_interruption_is_needs_human_with_the_state_reachable() -> None:
+    """Rules: R13 (approval pauses)."""
     paused: list[tuple[Any, str]] = []
 
     def on_pause(result: Any, guard: Guard) -> str:

@@ -81,6 +81,7 @@ def test_without_the_guard_a_forced_tool_choice_loops_to_max_turns() -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 def test_with_the_guard_validated_done_releases_tool_choice_and_the_run_completes(stream: bool) -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(2))
     agent = forced(model, guarded_check)
     if stream:
@@ -99,6 +100,7 @@ def test_with_the_guard_validated_done_releases_tool_choice_and_the_run_complete
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 def test_an_exhausted_tool_budget_releases_tool_choice(stream: bool) -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(1))
     budget = Budget(model_turns=10, tool_executions=1)
     agent = forced(model, guarded_tool(check_order))
@@ -116,6 +118,7 @@ def test_an_exhausted_tool_budget_releases_tool_choice(stream: bool) -> None:
 
 
 def test_the_last_model_turn_does_not_force_a_tool_nobody_could_read() -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(3))
     outcome = asyncio.run(run_guarded(forced(model, guarded_tool(check_order)), "check", budget=Budget(2, 10)))
     assert sent_choices(model) == ["required", "none"]
@@ -123,6 +126,7 @@ def test_the_last_model_turn_does_not_force_a_tool_nobody_could_read() -> None:
 
 
 def test_a_forced_function_is_released_like_required() -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(2))
     outcome = asyncio.run(run_guarded(forced(model, guarded_check, choice="check_order"), "check", budget=BUDGET))
     assert sent_choices(model) == ["check_order", "check_order", "none"]

@@ -224,6 +224,7 @@ def test_guard_tool_on_an_opaque_function_tool_counts_the_invoker_as_the_body() 
 
 
 def test_a_refused_call_never_runs_the_body() -> None:
+    """Rules: R1 (gate before execution), R7 (repetition and stall)."""
     ran: list[str] = []
 
     @guarded_tool
@@ -240,6 +241,7 @@ def test_a_refused_call_never_runs_the_body() -> None:
 
 @pytest.mark.parametrize("raw", ["{not json", "[1, 2]", '"text"', '{"q": NaN}'])
 def test_malformed_arguments_are_an_invalid_call_not_a_crash(raw: str) -> None:
+    """Rules: R1 (gate before execution), R11 (outcomes)."""
     ran: list[Any] = []
 
     @guarded_tool
@@ -281,6 +283,7 @@ def test_arguments_the_schema_rejects_are_refused_before_the_reservation() -> No
 
 
 def test_a_committed_write_returns_its_stored_result_without_running_again() -> None:
+    """Rules: R5 (call identity), R10 (writes and the ledger)."""
     sent: list[int] = []
 
     @guarded_tool(kind="write", operation_id=lambda a: f"pay-{a['order']}", verify=committed)

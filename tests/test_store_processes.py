@@ -87,6 +87,7 @@ def prepared(url: str) -> str:
 
 
 def test_racing_workers_execute_each_operation_exactly_once(sql_url: str, tmp_path: Path) -> None:
+    """Rules: R10 (writes and the ledger), R16 (many workers)."""
     url, operations = prepared(sql_url), 500
     workers = [
         Worker(
@@ -133,6 +134,7 @@ def test_racing_workers_execute_each_operation_exactly_once(sql_url: str, tmp_pa
 
 
 def test_a_shared_budget_of_n_executions_is_never_exceeded(sql_url: str, tmp_path: Path) -> None:
+    """Rules: R2 (separate counters), R16 (many workers)."""
     url, limit = prepared(sql_url), 120
     go, took = str(tmp_path / "go"), shared_barrier(tmp_path)
     workers = [
@@ -153,6 +155,7 @@ def test_a_shared_budget_of_n_executions_is_never_exceeded(sql_url: str, tmp_pat
 
 
 def test_a_per_tool_limit_shared_by_workers_is_never_exceeded(sql_url: str, tmp_path: Path) -> None:
+    """Rules: R2 (separate counters), R16 (many workers)."""
     url, limit = prepared(sql_url), 60
     with SQLStore(url) as store:
         store.ensure_task("mail", Budget(model_turns=0, tool_executions=10**6))
@@ -181,7 +184,10 @@ def test_a_per_tool_limit_shared_by_workers_is_never_exceeded(sql_url: str, tmp_
 def test_no_reservation_succeeds_after_the_stop_mark_commits(sql_url: str, tmp_path: Path) -> None:
     """The stop statement sets the mark and reads the counters in one atomic step, and counters only grow by a
     grant; so if any reservation were granted after the mark's commit, a counter would end above the one read with
-    the mark, or some grant would carry a larger number."""
+    the mark, or some grant would carry a larger number.
+
+    Rules: R3 (shared stop mark), R16 (many workers).
+    """
     url = prepared(sql_url)
     with SQLStore(url) as store:
         store.ensure_task("busy", Budget(model_turns=10**6, tool_executions=10**6))
@@ -209,6 +215,7 @@ def test_no_reservation_succeeds_after_the_stop_mark_commits(sql_url: str, tmp_p
 
 
 def test_a_write_killed_in_flight_stays_unknown_and_is_never_resent(sql_url: str, tmp_path: Path) -> None:
+    """Rules: R10 (writes and the ledger), R16 (many workers)."""
     url = prepared(sql_url)
     call = {"tool": "pay", "kind": "write", "operation_id": "invoice-77-pay", "args": {"invoice": 77, "amount": 120}}
     victim = Worker(tmp_path, "victim", "hang_write", url=url, task="payments", call=call)
