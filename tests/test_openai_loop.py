@@ -7,7 +7,6 @@ import contextlib
 import doctest
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -37,6 +36,7 @@ from tests.support.scripted_openai import (
     tool_call,
     tool_calls,
 )
+from tests.support.wire import choices_sent, forced, scripted_server, tool_outputs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -179,13 +179,6 @@ def run_loop(
     return asyncio.run(main())
 
 
-def tool_outputs(api: str, body: dict[str, Any]) -> dict[str, str]:
-    """call id -> tool output, as sent in one request."""
-    if api == "chat":
-        return {m["tool_call_id"]: m["content"] for m in body["messages"] if m.get("role") == "tool"}
-    return {i["call_id"]: i["output"] for i in body["input"] if i.get("type") == "function_call_output"}
-
-
 def proposed_ids(api: str, body: dict[str, Any]) -> list[str]:
     """Every tool call id the conversation of one request contains."""
     if api == "chat":
@@ -193,20 +186,7 @@ def proposed_ids(api: str, body: dict[str, Any]) -> list[str]:
     return [i["call_id"] for i in body["input"] if i.get("type") == "function_call"]
 
 
-def choices_sent(server: ScriptedOpenAIServer) -> list[Any]:
-    return [r.body.get("tool_choice") for r in server.requests]
-
-
-def forced(api: str, name: str) -> dict[str, Any]:
-    if api == "chat":
-        return {"type": "function", "function": {"name": name}}
-    return {"type": "function", "name": name}
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer() as srv:
-        yield srv
+server = pytest.fixture(scripted_server, name="server")
 
 
 CONFIRM_42 = {"order_id": 42, "version": 3}

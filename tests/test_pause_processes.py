@@ -25,6 +25,7 @@ from agents_loopguard import Budget, Reason, Status, Usage
 from agents_loopguard.approvals import decide
 from agents_loopguard.sdk import resume_guarded_sync, run_guarded_sync
 from agents_loopguard.store import SQLStore
+from tests.support.stores import sql_store
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 sys.path.insert(0, str(WORKERS))
@@ -91,11 +92,7 @@ def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-@pytest.fixture
-def db(sql_url: str) -> Iterator[SQLStore]:
-    opened = SQLStore(sql_url)
-    yield opened
-    opened.close()
+db = pytest.fixture(sql_store, name="db")
 
 
 def open_barrier(barrier: Path, names: list[str]) -> None:

@@ -16,6 +16,7 @@ import pytest
 from agents_loopguard import Budget, Guard, MemoryStore, NextAction, OperationState, Reason, Status
 from agents_loopguard.run import GuardStopped, forces_tool
 from tests.support.adapters import ADAPTERS, Calls, Fail, Obey, Say, Tool, run_scenario, tool_value
+from tests.support.sdk import done_at_two
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("adapter", ADAPTERS)]
 
@@ -52,7 +53,7 @@ def confirm(order: int) -> str:
     return f"confirmed {order}"
 
 
-CHECK = Tool(check_order, verify=lambda a, out: {"revision": a["order"], "done": a["order"] >= 2, "effect": "none"})
+CHECK = Tool(check_order, verify=done_at_two)
 LOOKUP = Tool(lookup)
 FINISH = Tool(finish, verify=lambda a, out: {"revision": 9, "done": True, "effect": "none"})
 CONFIRM = Tool(

@@ -24,7 +24,8 @@ from agents import (
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, MemoryStore, Reason, Status
-from agents_loopguard.sdk import current_guard, guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import current_guard, guarded_tool, run_guarded
+from tests.support.sdk import guarded_outcome
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -82,15 +83,7 @@ def test_every_model_attempt_is_counted_sdk_retries_included(stream: bool) -> No
     agent = Agent(name="a", model=model, model_settings=retrying(3))
     hooks = CountingHooks()
 
-    async def go() -> Any:
-        if not stream:
-            return await run_guarded(agent, "go", budget=BUDGET, hooks=hooks)
-        guarded = run_guarded_streamed(agent, "go", budget=BUDGET, hooks=hooks)
-        async for _ in guarded.stream_events():
-            pass
-        return await guarded.outcome()
-
-    outcome = asyncio.run(go())
+    outcome = asyncio.run(guarded_outcome(agent, "go", stream=stream, budget=BUDGET, hooks=hooks))
     assert (outcome.status, outcome.used.models) == (Status.PARTIAL, 3)  # three attempts, one turn
     assert hooks.llm_starts == 1 and len(model.calls) == 3
     assert outcome.result.context_wrapper.usage.requests == 3

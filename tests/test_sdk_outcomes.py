@@ -23,6 +23,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Guard, MemoryStore, NextAction, OperationState, Reason, Status
 from agents_loopguard.sdk import GuardStopped, guarded_tool, run_guarded, run_guarded_streamed, run_guarded_sync
+from tests.support.sdk import guarded_outcome, told
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -82,10 +83,7 @@ def agent_for(*turns: list[Any], final: str | None = "answer", **kwargs: Any) ->
 
 
 async def streamed(agent: Agent[Any], **kwargs: Any) -> Any:
-    stream = run_guarded_streamed(agent, "go", **kwargs)
-    async for _ in stream.stream_events():
-        pass
-    return await stream.outcome()
+    return await guarded_outcome(agent, "go", stream=True, **kwargs)
 
 
 def both_modes(agent_factory: Any, **kwargs: Any) -> list[Any]:
@@ -212,9 +210,7 @@ def test_refusal_continue_mode_tells_the_model_and_the_same_call_stays_refused()
     assert "same_call" in outcome.detail and outcome.result.final_output == "I give up"
     model = agent.model
     assert isinstance(model, ScriptedModel)
-    outputs = [
-        i["output"] for i in model.calls[-1].input if isinstance(i, dict) and i.get("type") == "function_call_output"
-    ]
+    outputs = told(model.calls[-1].input)
     assert outputs[:2] == ["nothing about x"] * 2 and all("same_call" in o for o in outputs[2:])
 
 

@@ -15,7 +15,8 @@ from agents import Agent, MaxTurnsExceeded, ModelSettings, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Reason, Status
-from agents_loopguard.sdk import guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import guarded_tool, run_guarded
+from tests.support.sdk import done_at_two, guarded_outcome
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -26,10 +27,6 @@ BUDGET = Budget(model_turns=10, tool_executions=10)
 def check_order(order: int) -> str:
     """Check an order; the second check finds everything in place."""
     return f"order {order} checked"
-
-
-def done_at_two(args: dict[str, Any], output: Any) -> dict[str, Any]:
-    return {"revision": args["order"], "done": args["order"] >= 2, "effect": "none"}
 
 
 guarded_check = guarded_tool(verify=done_at_two)(check_order)
@@ -66,10 +63,7 @@ def sent_choices(model: ScriptedModel) -> list[Any]:
 
 
 async def streamed(agent: Agent[Any], **kwargs: Any) -> Any:
-    stream = run_guarded_streamed(agent, "check the orders", **kwargs)
-    async for _ in stream.stream_events():
-        pass
-    return await stream.outcome()
+    return await guarded_outcome(agent, "check the orders", stream=True, **kwargs)
 
 
 def test_without_the_guard_a_forced_tool_choice_loops_to_max_turns() -> None:

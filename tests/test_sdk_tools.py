@@ -25,16 +25,13 @@ from pydantic import BaseModel
 from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
 from agents_loopguard.sdk import current_guard, guard_tool, guarded_tool, run_guarded, tool_spec
 from agents_loopguard.sdk import tools as tools_module
+from tests.support.sdk import committed, told
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
 
 BUDGET = Budget(model_turns=10, tool_executions=10)
 DONE = {"revision": 1, "done": True, "effect": "none"}
-
-
-def committed(_args: dict[str, Any], _out: Any) -> dict[str, Any]:
-    return {"revision": 1, "done": False, "effect": "committed"}
 
 
 def calls(*turns: list[Any], final: str = "ok") -> ScriptedModel:
@@ -370,9 +367,7 @@ def _with_policy(tool: FunctionTool, policy: Any) -> FunctionTool:
 
 
 def _told(model: ScriptedModel) -> list[str]:
-    return [
-        i["output"] for i in model.calls[1].input if isinstance(i, dict) and i.get("type") == "function_call_output"
-    ]
+    return told(model.calls[1].input)
 
 
 @pytest.mark.parametrize("made_by", ["guarded_tool", "guard_tool", "callable object"])

@@ -33,7 +33,7 @@ from agents_loopguard.function_calling import GuardedTool, LoopOptions
 from agents_loopguard.openai_loop import arun_responses, run_chat_completions
 from agents_loopguard.retry import RetryPolicy
 from agents_loopguard.run import forced_name
-from agents_loopguard.sdk import guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import guarded_tool
 from tests.support.scripted_openai import (
     ScriptedOpenAIServer,
     dynamic,
@@ -42,6 +42,8 @@ from tests.support.scripted_openai import (
     http_error,
     tool_calls,
 )
+from tests.support.sdk import guarded_outcome, told_by_id
+from tests.support.wire import tool_outputs
 
 __all__ = ["ADAPTERS", "Calls", "Fail", "Obey", "Ran", "Say", "Tool", "run_scenario", "tool_value"]
 
@@ -225,23 +227,8 @@ def _run_sdk(
         reset_tool_choice=reset,
     )
 
-    async def main() -> Outcome:
-        if not streamed:
-            return await run_guarded(agent, "go", **options)
-        stream = run_guarded_streamed(agent, "go", **options)
-        async for _ in stream.stream_events():
-            pass
-        return await stream.outcome()
-
-    outcome = asyncio.run(main())
-    outputs = [
-        {
-            str(item["call_id"]): str(item["output"])
-            for item in (call.input if isinstance(call.input, list) else [])
-            if isinstance(item, dict) and item.get("type") == "function_call_output"
-        }
-        for call in model.calls
-    ]
+    outcome = asyncio.run(guarded_outcome(agent, "go", stream=streamed, **options))
+    outputs = [told_by_id(call.input if isinstance(call.input, list) else []) for call in model.calls]
     return Ran(outcome, [call.model_settings.tool_choice for call in model.calls], outputs)
 
 
@@ -267,13 +254,6 @@ def _wire_choice(api: str, choice: Any) -> Any:
     if name is None:
         return choice
     return {"type": "function", "function": {"name": name}} if api == "chat" else {"type": "function", "name": name}
-
-
-def _outputs(api: str, body: Mapping[str, Any]) -> dict[str, str]:
-    if api == "chat":
-        return {m["tool_call_id"]: m["content"] for m in body["messages"] if m.get("role") == "tool"}
-    items = body["input"] if isinstance(body["input"], list) else []
-    return {i["call_id"]: i["output"] for i in items if i.get("type") == "function_call_output"}
 
 
 def _run_raw(
@@ -312,4 +292,4 @@ def _run_raw(
             outcome = asyncio.run(main())
         requests = server.requests
     choices = [normalized_choice(r.body.get("tool_choice")) for r in requests]
-    return Ran(outcome, choices, [_outputs(api, r.body) for r in requests])
+    return Ran(outcome, choices, [tool_outputs(api, r.body) for r in requests])
