@@ -354,3 +354,70 @@ def test_a_passed_deadline_stops_before_the_first_model_request(adapter: str) ->
     got = run_scenario(adapter, obedient(2), [CHECK], budget=Budget(model_turns=5, tool_executions=5, deadline=1.0))
     assert (got.outcome.status, got.outcome.reason, got.outcome.used.models) == (Status.STOPPED, Reason.DEADLINE, 0)
     assert got.choices == [] and ran == []
+
+
+# --- a write's operation id, the evidence, the final answer ----------------------------------------------------------
+
+
+def refund(order: int, amount: float = 0) -> str:
+    """Refund an order (a write named by the order in its arguments)."""
+    ran.append(f"refund-{order}")
+    return f"refunded {order}"
+
+
+REFUND_BY_TICKET = Tool(
+    refund,
+    kind="write",
+    operation_id=lambda a: f"refund-{a['ticket']}",  # names the operation by an argument the model never sends
+    verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+)
+
+
+def test_a_write_whose_operation_id_cannot_be_derived_is_refused_with_the_reason(adapter: str) -> None:
+    """R10, R1 (issue 10's drift: the raw loop swallowed the reason): ``operation_id(args)`` failing on the model's
+    arguments refuses the write as ``stopped/missing_operation_id`` before it runs, and says why."""
+    store = MemoryStore()
+    got = run_scenario(
+        adapter, [Calls(("refund", {"order": 7})), Say("x")], [REFUND_BY_TICKET], budget=BUDGET, store=store
+    )
+    assert (got.outcome.status, got.outcome.reason, got.outcome.used.tools) == (
+        Status.STOPPED,
+        Reason.MISSING_OPERATION_ID,
+        0,
+    )
+    assert "KeyError" in got.outcome.detail and "ticket" in got.outcome.detail
+    assert ran == [] and store.operations() == []
+
+
+def test_evidence_that_is_not_evidence_stops_the_run(adapter: str) -> None:
+    """R6: ``verify`` is the application's trusted check; an answer that is not evidence (a revision going back)
+    ends the run ``stopped/invalid_evidence``, never progress."""
+    backwards = Tool(check_order, verify=lambda a, out: {"revision": 3 - a["order"], "done": False, "effect": "none"})
+    steps = [Calls(("check_order", {"order": 1})), Calls(("check_order", {"order": 2})), Say("x")]
+    got = run_scenario(adapter, steps, [backwards], budget=BUDGET)
+    assert (got.outcome.status, got.outcome.reason, got.outcome.used.tools) == (
+        Status.STOPPED,
+        Reason.INVALID_EVIDENCE,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("verify_output", "ending", "reason"),
+    [
+        (lambda out: out == "42", Status.COMPLETED, Reason.VALIDATED_DONE),
+        (lambda out: out == "41", Status.PARTIAL, Reason.UNVERIFIED_FINAL),
+        (lambda out: {"revision": 0, "done": False, "effect": "none"}, Status.PARTIAL, Reason.UNVERIFIED_FINAL),
+        (lambda out: {"revision": 1, "done": True, "effect": "none"}, Status.COMPLETED, Reason.VALIDATED_DONE),
+        (lambda out: {"done": 1}, Status.STOPPED, Reason.INVALID_EVIDENCE),
+    ],
+    ids=["true", "false", "evidence-not-done", "evidence-done", "not-evidence"],
+)
+def test_the_final_answer_verdict(adapter: str, verify_output: Any, ending: Status, reason: Reason) -> None:
+    """R6, R11: a final answer completes the task only when the application's ``verify_output`` validates it (a
+    bool, or evidence saying done); otherwise it is ``partial/unverified_final``; an answer that is not evidence is
+    ``stopped/invalid_evidence``. Reaching an answer is never completion by itself."""
+    got = run_scenario(adapter, [Say("42")], [CHECK], budget=BUDGET, verify_output=verify_output)
+    assert (got.outcome.status, got.outcome.reason) == (ending, reason)
+    if ending is Status.COMPLETED:
+        assert got.outcome.value == "42"
