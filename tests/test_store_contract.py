@@ -25,8 +25,8 @@ from agents_loopguard.store import (
     StoreError,
     TraceEntry,
 )
-from tests.test_core_runner import REASONS, Observed, Scenario, _fakes, ev, read, write
-from tests.test_core_runner import scenarios as core_scenarios
+from tests.support.scenarios import REASONS, Observed, Scenario, _fakes, ev, read, write
+from tests.support.scenarios import scenarios as core_scenarios
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -43,6 +43,7 @@ from tests.support.scripted_openai import (
     tool_calls,
 )
 from tests.support.sdk import guarded_outcome, told_by_id
+from tests.support.shop import MODEL
 from tests.support.wire import tool_outputs
 
 __all__ = ["ADAPTERS", "Calls", "Fail", "Obey", "Ran", "Say", "Tool", "run_scenario", "tool_value"]
@@ -50,7 +51,7 @@ __all__ = ["ADAPTERS", "Calls", "Fail", "Obey", "Ran", "Say", "Tool", "run_scena
 ADAPTERS = ["sdk", "sdk-streamed", "chat", "responses"]
 """Every way a scenario runs: the Agents SDK adapter (``run_guarded``, ``run_guarded_streamed``) and the raw loop
 (Chat Completions, sync; Responses, async)."""
-MODEL = "gpt-4o-mini"
+
 NO_MODEL_RETRY = RetryPolicy(max_retries=0)
 """The raw loop's model retries in a scenario: none, as ``ScriptedModel`` (no openai client) has none."""
 
