@@ -421,3 +421,23 @@ def test_the_final_answer_verdict(adapter: str, verify_output: Any, ending: Stat
     assert (got.outcome.status, got.outcome.reason) == (ending, reason)
     if ending is Status.COMPLETED:
         assert got.outcome.value == "42"
+
+
+# --- token limits -------------------------------------------------------------------------------------------------
+
+
+def test_a_token_limit_is_reserved_before_each_request_and_settled_with_the_usage(adapter: str) -> None:
+    """R2: with ``Budget(output_tokens=60)`` each request reserves its bound (50) first and settles to the reported
+    usage (5): the fourth request (15 used + 50 > 60) is refused before it leaves, ``stopped/token_budget``."""
+    budget = Budget(model_turns=10, tool_executions=10, output_tokens=60)
+    never_done = Tool(check_order, verify=lambda a, out: {"revision": a["order"], "done": False, "effect": "none"})
+    got = run_scenario(adapter, obedient(9), [never_done], tool_choice="auto", budget=budget, max_output_tokens=50)
+    assert (got.outcome.status, got.outcome.reason) == (Status.STOPPED, Reason.TOKEN_BUDGET)
+    assert (len(got.choices), got.outcome.used.models, got.outcome.used.output_tokens) == (3, 3, 15)
+
+
+def test_a_token_limit_without_a_bound_on_the_answer_is_refused_before_anything_runs(adapter: str) -> None:
+    """R2: a limit the entry point cannot enforce (no bound on an answer's tokens) is refused at the call."""
+    with pytest.raises(ValueError, match="max_"):
+        run_scenario(adapter, [Say("x")], [CHECK], budget=Budget(5, 5, output_tokens=60))
+    assert ran == []

@@ -24,7 +24,7 @@ from typing import Any
 import agents
 import httpx2
 import openai
-from agents import Agent, ModelSettings, function_tool
+from agents import Agent, ModelSettings, Usage, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 from agents.testing import function_call as sdk_function_call
 
@@ -52,6 +52,8 @@ ADAPTERS = ["sdk", "sdk-streamed", "chat", "responses"]
 """Every way a scenario runs: the Agents SDK adapter (``run_guarded``, ``run_guarded_streamed``) and the raw loop
 (Chat Completions, sync; Responses, async)."""
 
+USAGE = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
+"""What each scripted answer reports, the same on both sides (the scripted server's default usage)."""
 NO_MODEL_RETRY = RetryPolicy(max_retries=0)
 """The raw loop's model retries in a scenario: none, as ``ScriptedModel`` (no openai client) has none."""
 
@@ -158,22 +160,31 @@ def run_scenario(
     *,
     tool_choice: Any = None,
     reset_forced_function: bool = True,
+    max_output_tokens: int | None = None,
     **options: Any,
 ) -> Ran:
     """Run ``steps`` with ``tools`` through ``adapter`` (one of :data:`ADAPTERS`).
 
     ``tool_choice``: what the application asks for while work remains (a forced function by its name).
     ``reset_forced_function``: the Agents SDK's ``Agent.reset_tool_choice``, the raw loop's option of the same
-    meaning. ``options``: the run-level options both entry points take (``budget``, ``store``, ``task_id``,
+    meaning. ``max_output_tokens``: the bound of each answer (``ModelSettings.max_tokens``, the raw loop's option
+    of that name). ``options``: the run-level options both entry points take (``budget``, ``store``, ``task_id``,
     ``guard``, ``policy``, ``on_refusal``, ``release_tool_choice``, ``verify_output``). Without ``store`` or
     ``guard`` the task lives in a fresh :class:`MemoryStore`.
     """
     if "store" not in options and "guard" not in options:
         options["store"] = MemoryStore()
     if adapter.startswith("sdk"):
-        return _run_sdk(adapter == "sdk-streamed", steps, tools, tool_choice, reset_forced_function, options)
+        settings = ModelSettings(tool_choice=tool_choice, max_tokens=max_output_tokens)
+        return _run_sdk(adapter == "sdk-streamed", steps, tools, settings, reset_forced_function, options)
     if adapter in ("chat", "responses"):
-        return _run_raw(adapter, steps, tools, tool_choice, reset_forced_function, options)
+        loop_options = LoopOptions(
+            tool_choice=_wire_choice(adapter, tool_choice),
+            reset_forced_function=reset_forced_function,
+            max_output_tokens=max_output_tokens,
+            model_retry=NO_MODEL_RETRY,
+        )
+        return _run_raw(adapter, steps, tools, loop_options, options)
     raise ValueError(f"unknown adapter {adapter!r}")
 
 
@@ -215,16 +226,17 @@ def _run_sdk(
     streamed: bool,
     steps: Sequence[Step],
     tools: Sequence[Tool],
-    tool_choice: Any,
+    settings: ModelSettings,
     reset: bool,
     options: dict[str, Any],
 ) -> Ran:
-    model = ScriptedModel([_sdk_step(turn, step) for turn, step in enumerate(steps, start=1)])
+    script = [_sdk_step(turn, step) for turn, step in enumerate(steps, start=1)]
+    model = ScriptedModel(script, default_usage=USAGE)  # every answer reports what the scripted server reports
     agent = Agent(
         name="clerk",
         model=model,
         tools=[tool.for_sdk() for tool in tools],
-        model_settings=ModelSettings(tool_choice=tool_choice),
+        model_settings=settings,
         reset_tool_choice=reset,
     )
 
@@ -261,15 +273,9 @@ def _run_raw(
     api: str,
     steps: Sequence[Step],
     tools: Sequence[Tool],
-    tool_choice: Any,
-    reset: bool,
+    loop_options: LoopOptions,
     options: dict[str, Any],
 ) -> Ran:
-    loop_options = LoopOptions(
-        tool_choice=_wire_choice(api, tool_choice),
-        reset_forced_function=reset,
-        model_retry=NO_MODEL_RETRY,
-    )
     guarded = [tool.for_raw_loop() for tool in tools]
     with ScriptedOpenAIServer([_raw_step(turn, step) for turn, step in enumerate(steps, start=1)]) as server:
         if api == "chat":
