@@ -51,6 +51,7 @@ def test_an_encoder_that_misspells_a_probe_is_not_used() -> None:
 
 @pytest.mark.parametrize("encoder", ENCODERS)
 def test_rfc8785_section_3_2_2_sample(encoder: str) -> None:
+    """Rules: R5 (call identity)."""
     value = {
         "numbers": [333333333.33333329, 1e30, 4.50, 2e-3, 0.000000000000000000000000001],
         "string": "\u20ac$\u000f\u000aA'\u0042\u0022\u005c\\\"/",
@@ -123,6 +124,7 @@ def test_rfc8785_appendix_b_numbers(bits: str, text: str, encoder: str) -> None:
 @pytest.mark.parametrize("encoder", ENCODERS)
 @pytest.mark.parametrize("bits", ["7fffffffffffffff", "7ff0000000000000", "fff0000000000000"])
 def test_rfc8785_appendix_b_nan_and_infinity_are_refused(bits: str, encoder: str) -> None:
+    """Rules: R5 (call identity)."""
     with using(encoder), pytest.raises(CanonicalError, match=r"^\$\.x: .* is not a JSON number \(NaN and Infinity"):
         canonical_json({"x": struct.unpack(">d", bytes.fromhex(bits))[0]})
 
@@ -155,6 +157,7 @@ LONE_SURROGATE = "^a string contains a lone surrogate, which is not valid Unicod
     ],
 )
 def test_non_json_values_are_refused_with_a_clear_error(value: Any, needle: str, encoder: str) -> None:
+    """Rules: R5 (call identity)."""
     with using(encoder), pytest.raises(CanonicalError, match=needle):
         canonical_json(value)
 
@@ -184,6 +187,7 @@ def test_nesting_is_accepted_to_200_levels_and_refused_beyond(encoder: str) -> N
 
 
 def test_key_order_and_number_spelling_do_not_change_the_action() -> None:
+    """Rules: R5 (call identity)."""
     a = fingerprint("pay", {"customer": "c-1", "amount": 5, "meta": {"b": 1, "a": [1.0, 2]}})
     b = fingerprint("pay", {"meta": {"a": [1, 2.0], "b": 1.0}, "amount": 5.0, "customer": "c-1"})
     assert a == b
@@ -200,6 +204,7 @@ def test_key_order_and_number_spelling_do_not_change_the_action() -> None:
     ],
 )
 def test_every_field_that_changes_meaning_changes_the_fingerprint(other: dict[str, Any]) -> None:
+    """Rules: R5 (call identity)."""
     assert fingerprint("pay", {"customer": "c-1", "amount": 5}) != fingerprint("pay", other)
     assert fingerprint("pay", {"customer": "c-1", "amount": 5}) != fingerprint(
         "refund", {"customer": "c-1", "amount": 5}
@@ -337,6 +342,7 @@ def test_integral_floats_equal_their_integers(number: float) -> None:
 
 
 def test_redact_removes_credentials_by_key_pattern_and_registered_value() -> None:
+    """Rules: R4 (trace)."""
     value = {
         "query": "weather",
         "api_key": "k-123",

@@ -12,7 +12,7 @@ from agents_loopguard import Budget, Guard, MemoryStore, Reason, Status
 from agents_loopguard.openai_loop import RetryPolicy, run_chat_completions
 from agents_loopguard.pricing import Price, estimate_input_tokens, price_for
 from tests.support.scripted_openai import ScriptedOpenAIServer, Usage, final_text, http_error, raw, stall, tool_call
-from tests.test_openai_loop import COMBOS, CONFIRM_42, MODEL, Shop, run_loop
+from tests.support.shop import COMBOS, CONFIRM_42, MODEL, Shop, run_loop
 
 pytestmark = pytest.mark.timeout(60)
 

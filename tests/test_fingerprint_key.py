@@ -37,6 +37,7 @@ def file_bytes(folder: Path) -> bytes:
 
 
 def test_a_plain_fingerprint_gives_a_pin_away_and_a_keyed_one_does_not(tmp_path: Path) -> None:
+    """Rules: R4 (trace), R5 (call identity)."""
     plain_dir, keyed_dir = tmp_path / "plain", tmp_path / "keyed"
     plain_dir.mkdir()
     keyed_dir.mkdir()

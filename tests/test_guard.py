@@ -49,6 +49,7 @@ OK = {"status": "ok"}
 
 
 def test_pending_polls_are_not_stalls_and_are_bounded_by_their_own_policy() -> None:
+    """Rules: R8 (polling)."""
     guard = Guard(budget=Budget(model_turns=50, tool_executions=50), policy=Policy(max_polls=5, max_stalled=2))
     pending = {"revision": 0, "done": False, "effect": "none", "pending": True}
     verdicts = [step(guard, POLL, OK, pending) for _ in range(6)]
@@ -58,6 +59,7 @@ def test_pending_polls_are_not_stalls_and_are_bounded_by_their_own_policy() -> N
 
 
 def test_poll_wait_policy_by_time_and_polls_count_in_the_total_budget() -> None:
+    """Rules: R8 (polling), R2 (separate counters)."""
     clock = Clock()
     guard = Guard(budget=Budget(model_turns=50, tool_executions=50), clock=clock, policy=Policy(max_wait=10.0))
     pending = {"revision": 0, "done": False, "effect": "none", "pending": True}
@@ -70,6 +72,7 @@ def test_poll_wait_policy_by_time_and_polls_count_in_the_total_budget() -> None:
 
 
 def test_poll_that_finishes_the_job_is_progress() -> None:
+    """Rules: R8 (polling)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10))
     pending = {"revision": 0, "done": False, "effect": "none", "pending": True}
     for _ in range(3):
@@ -79,6 +82,7 @@ def test_poll_that_finishes_the_job_is_progress() -> None:
 
 
 def test_tool_budget_holds_for_polls() -> None:
+    """Rules: R8 (polling), R2 (separate counters)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=2), policy=Policy(max_polls=10))
     pending = {"revision": 0, "done": False, "effect": "none", "pending": True}
     assert [step(guard, POLL, OK, pending) for _ in range(2)] == [None, None]
@@ -91,6 +95,7 @@ def page(cursor: str | None) -> dict[str, Any]:
 
 
 def test_a_cursor_seen_before_is_a_cycle_even_when_revision_advances() -> None:
+    """Rules: R9 (pagination)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10))
     assert (
         step(
@@ -112,6 +117,7 @@ def test_a_cursor_seen_before_is_a_cycle_even_when_revision_advances() -> None:
 
 
 def test_a_page_of_records_already_seen_is_a_cycle_with_a_new_cursor() -> None:
+    """Rules: R9 (pagination)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10))
     assert (
         step(
@@ -132,6 +138,7 @@ def test_a_page_of_records_already_seen_is_a_cycle_with_a_new_cursor() -> None:
 
 
 def test_new_cursor_without_new_revision_is_not_progress() -> None:
+    """Rules: R9 (pagination)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10), policy=Policy(max_stalled=2))
     assert (
         step(guard, page(None), OK, {"revision": 0, "done": False, "effect": "none", "cursor": "a", "records": ["1"]})
@@ -144,6 +151,7 @@ def test_new_cursor_without_new_revision_is_not_progress() -> None:
 
 
 def test_stop_mark_refuses_the_next_turn_and_the_next_execution() -> None:
+    """Rules: R3 (shared stop mark)."""
     store = MemoryStore()
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10), store=store, task_id="t-stop")
     assert guard.begin_turn() is None
@@ -156,6 +164,7 @@ def test_stop_mark_refuses_the_next_turn_and_the_next_execution() -> None:
 
 
 def test_thresholds_are_configurable() -> None:
+    """Rules: R7 (repetition and stall)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10), policy=Policy(max_same_call=1))
     read = {"tool": "search", "kind": "read", "args": {"q": "x"}}
     none = {"revision": 0, "done": False, "effect": "none"}
@@ -165,6 +174,7 @@ def test_thresholds_are_configurable() -> None:
 
 
 def test_changed_arguments_are_not_progress() -> None:
+    """Rules: R6 (progress is decided by the application)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10))
     none = {"revision": 0, "done": False, "effect": "none"}
     verdicts = [step(guard, {"tool": "search", "kind": "read", "args": {"q": f"v{i}"}}, OK, none) for i in range(3)]
@@ -172,6 +182,7 @@ def test_changed_arguments_are_not_progress() -> None:
 
 
 def test_model_claiming_done_in_its_result_is_not_done() -> None:
+    """Rules: R6 (progress is decided by the application)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10))
     claims = {"status": "ok", "done": True, "progress": "I made progress", "revision": 99}
     verdict = step(
@@ -193,6 +204,7 @@ def test_a_guard_on_a_finished_task_returns_its_stored_outcome() -> None:
 
 
 def test_end_is_sticky() -> None:
+    """Rules: R11 (outcomes)."""
     guard = Guard(budget=Budget(model_turns=1, tool_executions=1))
     first = guard.finish(Status.PARTIAL, Reason.PLAN_EXHAUSTED)
     assert guard.finish(Status.COMPLETED, Reason.VALIDATED_DONE) is first
@@ -200,6 +212,7 @@ def test_end_is_sticky() -> None:
 
 
 def test_write_authorization_replays_committed_operation() -> None:
+    """Rules: R10 (writes and the ledger)."""
     guard = Guard(budget=Budget(model_turns=10, tool_executions=10))
     save = {"tool": "save", "kind": "write", "operation_id": "op-1", "args": {"amount": 5}}
     assert step(guard, save, {"status": "ok", "id": 1}, {"revision": 1, "done": False, "effect": "committed"}) is None
@@ -213,6 +226,7 @@ def test_write_authorization_replays_committed_operation() -> None:
 
 
 def test_recovery_record_has_the_article_shape_and_round_trips() -> None:
+    """Rules: R14 (recovery record)."""
     outcome = Outcome(
         Status.NEEDS_RECONCILIATION,
         Reason.UNKNOWN_COMMIT,
@@ -245,6 +259,7 @@ def test_recovery_record_has_the_article_shape_and_round_trips() -> None:
     ],
 )
 def test_allowed_next_actions_follow_from_the_status(status: Status, reason: Reason, actions: list[str]) -> None:
+    """Rules: R14 (recovery record)."""
     assert [str(a) for a in allowed_next_actions(status, reason)] == actions
 
 
@@ -293,6 +308,7 @@ def test_budget_extension_only_grows() -> None:
 
 
 def test_decisions_are_logged_with_the_task_id_and_without_secrets(caplog: pytest.LogCaptureFixture) -> None:
+    """Rules: R4 (trace)."""
     caplog.set_level("DEBUG", logger="agents_loopguard")
     guard = Guard(budget=Budget(model_turns=5, tool_executions=5), task_id="t-log", secrets=["hunter2"])
     leaky = {"tool": "login", "kind": "read", "args": {"password": "hunter2", "user": "bob"}}

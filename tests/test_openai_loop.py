@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import doctest
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -16,7 +14,7 @@ import pytest
 import agents_loopguard.openai_loop as openai_loop
 import agents_loopguard.pricing as pricing
 import agents_loopguard.triggers as triggers
-from agents_loopguard import Budget, Guard, MemoryStore, Outcome, Policy, Reason, Status
+from agents_loopguard import Budget, Guard, MemoryStore, Policy, Reason, Status
 from agents_loopguard.openai_loop import (
     GuardedTool,
     LoopResult,
@@ -25,7 +23,6 @@ from agents_loopguard.openai_loop import (
     arun_chat_completions,
     arun_responses,
     run_chat_completions,
-    run_responses,
 )
 from tests.support.scripted_openai import (
     ScriptedOpenAIServer,
@@ -37,179 +34,16 @@ from tests.support.scripted_openai import (
     tool_call,
     tool_calls,
 )
+from tests.support.shop import COMBOS, CONFIRM_42, MODEL, Shop, run_loop
+from tests.support.wire import choices_sent, forced, scripted_server, tool_outputs
 
 pytestmark = pytest.mark.timeout(60)
 
-MODEL = "gpt-4o-mini"
-COMBOS = [("chat", "sync"), ("chat", "async"), ("responses", "sync"), ("responses", "async")]
 FAST = RetryPolicy(max_retries=2, initial_delay=0.0)
 """Three attempts without backoff (the scripted errors also say retry-after-ms: 1)."""
 
 
-# --------------------------------------------------------------------------- harness
-
-
-class Shop:
-    """A fake receiving system with an order lookup (read) and an order confirmation (write).
-
-    ``faults[tool]`` is a list of ``(when, exception)`` consumed one per attempt: ``before`` raises without any
-    effect, ``after`` commits the write and then raises (the answer was lost). ``None`` entries succeed.
-    """
-
-    def __init__(self, *, done_on_confirm: bool = True) -> None:
-        self.orders: dict[int, dict[str, Any]] = {
-            42: {"version": 3, "status": "open"},
-            7: {"version": 1, "status": "open"},
-        }
-        self.receipts: dict[str, dict[str, Any]] = {}
-        self.executions: list[tuple[str, dict[str, Any]]] = []
-        self.reruns_after_commit: list[str] = []
-        self.faults: dict[str, list[tuple[str, BaseException] | None]] = {}
-        self.facts: set[str] = set()
-        self.done_on_confirm = done_on_confirm
-        self.done_reported = False
-
-    def _fault(self, tool: str) -> tuple[str, BaseException] | None:
-        queue = self.faults.get(tool) or []
-        return queue.pop(0) if queue else None
-
-    def lookup_order(self, order_id: int) -> dict[str, Any]:
-        self.executions.append(("lookup_order", {"order_id": order_id}))
-        fault = self._fault("lookup_order")
-        if fault is not None:
-            raise fault[1]
-        order = self.orders.get(order_id)
-        return {"order_id": order_id, "found": order is not None, **(order or {})}
-
-    def confirm_order(self, order_id: int, version: int) -> dict[str, Any]:
-        op = self.operation_id({"order_id": order_id, "version": version})
-        self.executions.append(("confirm_order", {"order_id": order_id, "version": version}))
-        if op in self.receipts:
-            self.reruns_after_commit.append(op)
-        fault = self._fault("confirm_order")
-        if fault is not None and fault[0] == "before":
-            raise fault[1]
-        self.receipts[op] = {"receipt": f"r-{len(self.receipts) + 1}", "order_id": order_id, "version": version}
-        if order_id in self.orders:
-            self.orders[order_id]["status"] = "confirmed"
-        if fault is not None:
-            raise fault[1]
-        return self.receipts[op]
-
-    @staticmethod
-    def operation_id(args: Any) -> str:
-        return f"confirm-order-{args['order_id']}-v{args['version']}"
-
-    def verify_lookup(self, args: Any, output: Any) -> dict[str, Any]:
-        if output.get("found"):
-            self.facts.add(f"order:{output['order_id']}:{output['status']}")
-        return {"revision": len(self.facts), "done": False, "effect": "none"}
-
-    def verify_confirm(self, args: Any, output: Any) -> dict[str, Any]:
-        op = self.operation_id(args)  # ask the receiver by the stable id, whatever the attempt said
-        committed = op in self.receipts
-        if committed:
-            self.facts.add(f"confirmed:{op}")
-        done = committed and self.done_on_confirm
-        self.done_reported = self.done_reported or done
-        return {"revision": len(self.facts), "done": done, "effect": "committed" if committed else "not_committed"}
-
-    def tools(self, retry: RetryPolicy | None = None) -> list[GuardedTool]:
-        retry = retry or RetryPolicy()
-        integer = {"type": "integer"}
-        return [
-            GuardedTool(
-                "lookup_order",
-                self.lookup_order,
-                parameters={"type": "object", "properties": {"order_id": integer}, "required": ["order_id"]},
-                verify=self.verify_lookup,
-                description="Look an order up.",
-                retry=retry,
-            ),
-            GuardedTool(
-                "confirm_order",
-                self.confirm_order,
-                parameters={"type": "object", "properties": {"order_id": integer, "version": integer}},
-                kind="write",
-                operation_id=self.operation_id,
-                verify=self.verify_confirm,
-                retry=retry,
-            ),
-        ]
-
-    def count(self, tool: str) -> int:
-        return sum(1 for name, _ in self.executions if name == tool)
-
-
-def run_loop(
-    server: ScriptedOpenAIServer,
-    api: str,
-    mode: str,
-    *,
-    tools: list[GuardedTool],
-    client_options: dict[str, Any] | None = None,
-    prompt: str = "Confirm order 42 at version 3.",
-    sync_client: openai.OpenAI | None = None,
-    **kwargs: Any,
-) -> Outcome:
-    """Run the loop of ``api`` (chat/responses) in ``mode`` (sync/async) with a real openai client.
-
-    ``sync_client`` reuses one client's connection pool (pointed at ``server`` with ``with_options``)."""
-    options = {"base_url": server.base_url, "api_key": "test", "max_retries": 2, **(client_options or {})}
-    if api == "chat":
-        kwargs["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        kwargs["input"] = prompt
-    if mode == "sync":
-        with (
-            contextlib.nullcontext(sync_client.with_options(base_url=server.base_url))
-            if sync_client
-            else (openai.OpenAI(**options)) as client
-        ):
-            if api == "chat":
-                return run_chat_completions(client, model=MODEL, tools=tools, **kwargs)
-            return run_responses(client, model=MODEL, tools=tools, **kwargs)
-
-    async def main() -> Outcome:
-        async with openai.AsyncOpenAI(**options) as client:
-            if api == "chat":
-                return await arun_chat_completions(client, model=MODEL, tools=tools, **kwargs)
-            return await arun_responses(client, model=MODEL, tools=tools, **kwargs)
-
-    return asyncio.run(main())
-
-
-def tool_outputs(api: str, body: dict[str, Any]) -> dict[str, str]:
-    """call id -> tool output, as sent in one request."""
-    if api == "chat":
-        return {m["tool_call_id"]: m["content"] for m in body["messages"] if m.get("role") == "tool"}
-    return {i["call_id"]: i["output"] for i in body["input"] if i.get("type") == "function_call_output"}
-
-
-def proposed_ids(api: str, body: dict[str, Any]) -> list[str]:
-    """Every tool call id the conversation of one request contains."""
-    if api == "chat":
-        return [c["id"] for m in body["messages"] if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
-    return [i["call_id"] for i in body["input"] if i.get("type") == "function_call"]
-
-
-def choices_sent(server: ScriptedOpenAIServer) -> list[Any]:
-    return [r.body.get("tool_choice") for r in server.requests]
-
-
-def forced(api: str, name: str) -> dict[str, Any]:
-    if api == "chat":
-        return {"type": "function", "function": {"name": name}}
-    return {"type": "function", "name": name}
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer() as srv:
-        yield srv
-
-
-CONFIRM_42 = {"order_id": 42, "version": 3}
+server = pytest.fixture(scripted_server, name="server")
 
 
 # --------------------------------------------------------------------------- the loop
@@ -219,6 +53,7 @@ CONFIRM_42 = {"order_id": 42, "version": 3}
 def test_lookup_then_confirm_completes_and_drops_required_for_the_final_answer(
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
+    """Rules: R12 (tool_choice), R11 (outcomes)."""
     shop = Shop()
     server.add(
         tool_call("lookup_order", {"order_id": 42}),
@@ -293,6 +128,7 @@ def test_parallel_calls_each_go_through_the_guard_in_order(server: ScriptedOpenA
 def test_invalid_calls_are_refused_by_the_guard_before_any_execution(
     server: ScriptedOpenAIServer, api: str, name: str, arguments: str, detail: str
 ) -> None:
+    """Rules: R1 (gate before execution), R4 (trace)."""
     shop = Shop()
     store = MemoryStore()
     server.add(tool_calls(function_call("lookup_order", {"order_id": 7}), function_call(name, arguments)))
@@ -312,6 +148,7 @@ def test_invalid_calls_are_refused_by_the_guard_before_any_execution(
 def test_calls_after_validated_done_in_the_same_response_are_not_executed(
     server: ScriptedOpenAIServer, api: str
 ) -> None:
+    """Rules: R12 (tool_choice), R11 (outcomes)."""
     shop = Shop()
     server.add(
         tool_calls(function_call("confirm_order", CONFIRM_42), function_call("lookup_order", {"order_id": 7})),
@@ -328,6 +165,7 @@ def test_calls_after_validated_done_in_the_same_response_are_not_executed(
 def test_required_drops_to_none_when_no_tool_execution_is_left(
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
+    """Rules: R12 (tool_choice), R2 (separate counters)."""
     shop = Shop()
 
     def answer(body: dict[str, Any]) -> Any:
@@ -345,6 +183,7 @@ def test_required_drops_to_none_when_no_tool_execution_is_left(
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_a_forced_function_that_ran_is_no_longer_forced(server: ScriptedOpenAIServer, api: str) -> None:
+    """Rules: R12 (tool_choice)."""
     shop = Shop(done_on_confirm=False)
     server.add(tool_call("lookup_order", {"order_id": 42}), tool_call("confirm_order", CONFIRM_42), final_text("ok"))
     outcome = run_loop(
@@ -370,6 +209,7 @@ def test_the_model_budget_ends_a_model_that_never_stops_calling(
 def test_the_same_call_at_the_same_revision_is_refused_before_its_third_execution(
     server: ScriptedOpenAIServer,
 ) -> None:
+    """Rules: R7 (repetition and stall)."""
     shop = Shop()
     server.add(*[tool_call("lookup_order", {"order_id": 99}) for _ in range(5)])  # not found: no new fact
     outcome = run_loop(server, "chat", "sync", tools=shop.tools(), budget=Budget(10, 10))
@@ -380,6 +220,7 @@ def test_the_same_call_at_the_same_revision_is_refused_before_its_third_executio
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_a_committed_write_proposed_again_returns_its_stored_result(server: ScriptedOpenAIServer, api: str) -> None:
+    """Rules: R10 (writes and the ledger)."""
     shop = Shop(done_on_confirm=False)
     server.add(tool_call("confirm_order", CONFIRM_42), tool_call("confirm_order", CONFIRM_42), final_text("ok"))
     outcome = run_loop(server, api, "sync", tools=shop.tools(), budget=Budget(5, 5))
@@ -400,6 +241,7 @@ def test_a_finished_guard_returns_the_same_outcome_and_asks_nothing(server: Scri
 
 
 def test_the_stop_mark_set_from_elsewhere_is_seen_before_the_next_call(server: ScriptedOpenAIServer) -> None:
+    """Rules: R3 (shared stop mark)."""
     store = MemoryStore()
 
     def lookup(order_id: int) -> dict[str, Any]:
@@ -422,6 +264,7 @@ def test_the_stop_mark_set_from_elsewhere_is_seen_before_the_next_call(server: S
 
 @pytest.mark.parametrize(("api", "mode"), COMBOS)
 def test_every_attempt_reserves_a_model_turn(server: ScriptedOpenAIServer, api: str, mode: str) -> None:
+    """Rules: R1 (gate before execution), R2 (separate counters)."""
     shop = Shop()
     server.add(
         http_error(500, retry_after_ms=1),
@@ -545,7 +388,10 @@ def test_the_deadline_bounds_a_request_in_flight_with_the_clients_default_timeou
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
     """Issue: a stalled server held a worker for the client's own timeout (600 s by default), far past the deadline.
-    Each request now goes out with ``timeout = min(client timeout, deadline - now)``; the run ends at the deadline."""
+    Each request now goes out with ``timeout = min(client timeout, deadline - now)``; the run ends at the deadline.
+
+    Rules: R2 (separate counters).
+    """
     server.add(stall(30), final_text("too late"))
     store = MemoryStore()
     outcome = run_loop(
@@ -581,6 +427,7 @@ def test_a_backoff_that_would_cross_the_deadline_stops_without_waiting(server: S
 def test_a_read_retried_after_transient_failures_counts_every_attempt(
     server: ScriptedOpenAIServer, api: str, mode: str
 ) -> None:
+    """Rules: R2 (separate counters)."""
     shop = Shop()
     shop.faults["lookup_order"] = [("before", TimeoutError("slow")), ("before", ConnectionError("reset"))]
     server.add(tool_call("lookup_order", {"order_id": 42}), final_text("Order 42 is open."))
@@ -645,6 +492,7 @@ def test_a_write_is_retried_only_when_verify_proves_it_did_not_happen(server: Sc
 def test_a_write_whose_failed_attempt_may_have_happened_is_never_retried(
     server: ScriptedOpenAIServer, verify_says: str, status: Status, reason: Reason
 ) -> None:
+    """Rules: R10 (writes and the ledger)."""
     seen: list[Any] = []
 
     def confirm(order_id: int, version: int) -> dict[str, Any]:
@@ -717,6 +565,7 @@ def test_an_unclassified_tool_exception_ends_the_run_through_guard_fail(
 def test_cancelling_the_async_loop_records_the_write_in_flight(
     server: ScriptedOpenAIServer, api: str, hang_in: str
 ) -> None:
+    """Rules: R3 (shared stop mark), R10 (writes and the ledger)."""
     started = asyncio.Event()
 
     async def hang() -> None:

@@ -23,7 +23,8 @@ from tests.support.scripted_openai import (
     http_error,
     tool_calls,
 )
-from tests.test_openai_loop import Shop, proposed_ids, run_loop, tool_outputs
+from tests.support.shop import Shop, proposed_ids, run_loop
+from tests.support.wire import tool_outputs
 
 CALLS = st.one_of(
     st.sampled_from([7, 42, 99]).map(lambda n: ("lookup_order", json.dumps({"order_id": n}))),

@@ -25,6 +25,7 @@ from agents_loopguard import Budget, Reason, Status, Usage
 from agents_loopguard.approvals import decide
 from agents_loopguard.sdk import resume_guarded_sync, run_guarded_sync
 from agents_loopguard.store import SQLStore
+from tests.support.stores import sql_store
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 sys.path.insert(0, str(WORKERS))
@@ -91,11 +92,7 @@ def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-@pytest.fixture
-def db(sql_url: str) -> Iterator[SQLStore]:
-    opened = SQLStore(sql_url)
-    yield opened
-    opened.close()
+db = pytest.fixture(sql_store, name="db")
 
 
 def open_barrier(barrier: Path, names: list[str]) -> None:
@@ -122,6 +119,7 @@ def pause_in_this_process(store: SQLStore, scenario: str, task_id: str) -> Any:
 def test_a_resume_in_another_process_continues_the_counters(
     db: SQLStore, sql_url: str, journal: Path, workers: list[Worker]
 ) -> None:
+    """Rules: R13 (approval pauses), R16 (many workers)."""
     paused = pause_in_this_process(db, "continue", "t-continue")
     assert (paused.status, paused.reason, paused.used) == (Status.NEEDS_HUMAN, Reason.APPROVAL, Usage(4, 3))
     pause = db.pause(paused.pause_id or "")
@@ -195,6 +193,7 @@ def test_approving_the_same_write_forever_stops_at_the_task_budget(
 def test_two_processes_resuming_one_pause_at_once_one_wins(
     db: SQLStore, sql_url: str, journal: Path, tmp_path: Path, workers: list[Worker]
 ) -> None:
+    """Rules: R13 (approval pauses), R16 (many workers)."""
     paused = pause_in_this_process(db, "once", "t-race")
     decide(db, paused.pause_id or "", who="ana", approve_all=True)
     barrier = tmp_path / "barrier"

@@ -47,6 +47,7 @@ def continue_task(store: Store, task_id: str, proposals: list[Any], sent: list[A
 
 
 def test_committed_answer_is_stored_returned_and_the_task_continues() -> None:
+    """Rules: R10 (writes and the ledger)."""
     store = MemoryStore()
     sent: list[Any] = []
     first = lost_payment(store, sent=sent)
@@ -69,6 +70,7 @@ def test_committed_answer_is_stored_returned_and_the_task_continues() -> None:
 
 
 def test_not_committed_answer_allows_one_retry_within_the_budget() -> None:
+    """Rules: R10 (writes and the ledger)."""
     store = MemoryStore()
     sent: list[Any] = []
     lost_payment(store, sent=sent)
@@ -81,6 +83,7 @@ def test_not_committed_answer_allows_one_retry_within_the_budget() -> None:
 
 
 def test_still_unknown_stays_blocked_and_nothing_reopens() -> None:
+    """Rules: R10 (writes and the ledger)."""
     store = MemoryStore()
     sent: list[Any] = []
     lost_payment(store, sent=sent)
@@ -122,6 +125,7 @@ def test_task_with_two_unknown_writes_reopens_only_when_both_are_answered() -> N
 
 
 def test_recover_extends_explicitly_and_never_resets_counters() -> None:
+    """Rules: R13 (approval pauses), R14 (recovery record)."""
     store = MemoryStore()
     run = create_runner(
         budget=Budget(model_turns=2, tool_executions=5),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import agents
@@ -27,6 +26,7 @@ from tests.support.scripted_openai import (
     tool_call,
     tool_calls,
 )
+from tests.support.wire import scripted_server
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -56,10 +56,7 @@ def _no_tracing() -> None:
     agents.set_tracing_disabled(True)
 
 
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer() as srv:
-        yield srv
+server = pytest.fixture(scripted_server, name="server")
 
 
 def sync_client(srv: ScriptedOpenAIServer, **kwargs: Any) -> openai.OpenAI:

@@ -24,7 +24,8 @@ from agents import (
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, MemoryStore, Reason, Status
-from agents_loopguard.sdk import current_guard, guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import current_guard, guarded_tool, run_guarded
+from tests.support.sdk import guarded_outcome
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -77,25 +78,19 @@ class CountingHooks(RunHooks[Any]):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_model_attempt_is_counted_sdk_retries_included(stream: bool) -> None:
+    """Rules: R2 (separate counters)."""
     model = ScriptedModel([network_error(), network_error(), [assistant_message("hi")]])
     agent = Agent(name="a", model=model, model_settings=retrying(3))
     hooks = CountingHooks()
 
-    async def go() -> Any:
-        if not stream:
-            return await run_guarded(agent, "go", budget=BUDGET, hooks=hooks)
-        guarded = run_guarded_streamed(agent, "go", budget=BUDGET, hooks=hooks)
-        async for _ in guarded.stream_events():
-            pass
-        return await guarded.outcome()
-
-    outcome = asyncio.run(go())
+    outcome = asyncio.run(guarded_outcome(agent, "go", stream=stream, budget=BUDGET, hooks=hooks))
     assert (outcome.status, outcome.used.models) == (Status.PARTIAL, 3)  # three attempts, one turn
     assert hooks.llm_starts == 1 and len(model.calls) == 3
     assert outcome.result.context_wrapper.usage.requests == 3
 
 
 def test_retries_cannot_overshoot_the_model_budget_and_a_refusal_is_never_retried() -> None:
+    """Rules: R1 (gate before execution), R2 (separate counters)."""
     model = ScriptedModel([network_error()] * 5 + [[assistant_message("hi")]])
     agent = Agent(name="a", model=model, model_settings=retrying(5, policy=lambda _ctx: True))  # retry anything
     outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(model_turns=2, tool_executions=2)))
@@ -125,6 +120,7 @@ def test_a_run_config_model_and_a_provider_model_are_guarded_too() -> None:
 
 @pytest.mark.parametrize("mode", ["end", "continue"])
 def test_a_parallel_batch_cannot_overshoot_the_tool_budget(mode: Any) -> None:
+    """Rules: R1 (gate before execution), R2 (separate counters)."""
     batch = [function_call("work", {"n": i}, call_id=f"c{i}") for i in range(1, 7)]
     agent = Agent(name="a", model=ScriptedModel([batch, [assistant_message("done")]]), tools=[work])
     outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(model_turns=5, tool_executions=3), on_refusal=mode))
@@ -166,6 +162,7 @@ def test_plain_function_tools_in_the_graph_are_guarded_as_reads() -> None:
 
 
 def test_the_task_budget_spans_runs() -> None:
+    """Rules: R2 (separate counters)."""
     store = MemoryStore()
     budget = Budget(model_turns=20, tool_executions=3)
 
@@ -190,6 +187,8 @@ def stop_from_elsewhere(reason: str = "operator") -> None:
 
 
 def test_the_stop_mark_is_checked_before_the_next_model_call() -> None:
+    """Rules: R3 (shared stop mark)."""
+
     @guarded_tool
     def stopper(n: int) -> str:
         """Another process stops the task while this runs."""
@@ -204,6 +203,8 @@ def test_the_stop_mark_is_checked_before_the_next_model_call() -> None:
 
 
 def test_the_stop_mark_is_checked_before_every_tool_execution() -> None:
+    """Rules: R3 (shared stop mark)."""
+
     @guarded_tool
     def stopper(n: int) -> str:
         """Stops the task."""
@@ -218,6 +219,7 @@ def test_the_stop_mark_is_checked_before_every_tool_execution() -> None:
 
 
 def test_the_stop_mark_is_checked_before_a_handoff() -> None:
+    """Rules: R3 (shared stop mark)."""
     specialist_model = ScriptedModel([[assistant_message("never")]])
     specialist = Agent(name="specialist", model=specialist_model)
 
@@ -273,6 +275,7 @@ def test_handoffs_may_form_a_cycle() -> None:
 
 
 def test_an_agent_used_as_a_tool_has_its_model_and_tools_counted() -> None:
+    """Rules: R2 (separate counters)."""
     inner_model = ScriptedModel([[function_call("work", {"n": 5}, call_id="i1")], [assistant_message("inner done")]])
     inner = Agent(name="researcher", model=inner_model, tools=[work])
     outer_model = ScriptedModel(
@@ -286,6 +289,7 @@ def test_an_agent_used_as_a_tool_has_its_model_and_tools_counted() -> None:
 
 
 def test_the_model_budget_reaches_inside_an_agent_used_as_a_tool() -> None:
+    """Rules: R2 (separate counters)."""
     inner_model = ScriptedModel([[function_call("work", {"n": i}, call_id=f"i{i}")] for i in range(1, 9)])
     inner = Agent(name="researcher", model=inner_model, tools=[work])
     outer_model = ScriptedModel(
@@ -298,6 +302,8 @@ def test_the_model_budget_reaches_inside_an_agent_used_as_a_tool() -> None:
 
 
 def test_tools_that_appear_only_at_run_time_are_counted_by_the_hooks() -> None:
+    """Rules: R2 (separate counters)."""
+
     @function_tool
     def runtime_tool(q: str) -> str:
         """Appears at run time, like an MCP tool."""

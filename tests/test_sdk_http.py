@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import agents
@@ -25,7 +24,7 @@ from agents import (
 )
 
 from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
-from agents_loopguard.sdk import guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import guarded_tool, run_guarded
 from tests.support.scripted_openai import (
     ScriptedOpenAIServer,
     dynamic,
@@ -36,6 +35,8 @@ from tests.support.scripted_openai import (
     tool_call,
     tool_calls,
 )
+from tests.support.sdk import done_at_two, guarded_outcome
+from tests.support.wire import scripted_server
 
 pytestmark = pytest.mark.timeout(60)
 agents.set_tracing_disabled(True)
@@ -46,10 +47,7 @@ KINDS = ["responses", "chat"]
 MODES = [False, True]
 
 
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer() as srv:
-        yield srv
+server = pytest.fixture(scripted_server, name="server")
 
 
 def sdk_model(kind: str, client: openai.AsyncOpenAI) -> Any:
@@ -66,20 +64,11 @@ def client_for(server: ScriptedOpenAIServer) -> openai.AsyncOpenAI:
 
 async def guarded(agent: Agent[Any], stream: bool, **kwargs: Any) -> Any:
     kwargs.setdefault("budget", BUDGET)
-    if not stream:
-        return await run_guarded(agent, "go", **kwargs)
-    run = run_guarded_streamed(agent, "go", **kwargs)
-    async for _ in run.stream_events():
-        pass
-    return await run.outcome()
+    return await guarded_outcome(agent, "go", stream=stream, **kwargs)
 
 
 def choice_sent(body: dict[str, Any]) -> Any:
     return body.get("tool_choice")
-
-
-def done_at_two(args: dict[str, Any], output: Any) -> dict[str, Any]:
-    return {"revision": args["order"], "done": args["order"] >= 2, "effect": "none"}
 
 
 checked: list[int] = []

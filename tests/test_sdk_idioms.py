@@ -20,8 +20,9 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Reason, Status
 from agents_loopguard.approvals import DecisionError, ResumeError
-from agents_loopguard.sdk import guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import guarded_tool, run_guarded
 from agents_loopguard.store import PauseAlreadyResumed, SQLStore, Store
+from tests.support.sdk import guarded_outcome
 
 pytestmark = pytest.mark.timeout(90)
 agents.set_tracing_disabled(True)
@@ -149,10 +150,7 @@ def test_r13_the_streamed_door_continues_the_pause_too(store: Store) -> None:
         state = first.result.to_state()
         for item in state.get_interruptions():
             state.approve(item)
-        stream = run_guarded_streamed(agent, state, task_id="t-stream", store=store)
-        async for _ in stream.stream_events():
-            pass
-        return await stream.outcome()
+        return await guarded_outcome(agent, state, stream=True, task_id="t-stream", store=store)
 
     outcome = asyncio.run(main())
     assert (outcome.status, outcome.used.models, sent) == (Status.COMPLETED, 2, ["refund-5"])

@@ -23,6 +23,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Guard, MemoryStore, NextAction, OperationState, Reason, Status
 from agents_loopguard.sdk import GuardStopped, guarded_tool, run_guarded, run_guarded_streamed, run_guarded_sync
+from tests.support.sdk import guarded_outcome, told
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -82,10 +83,7 @@ def agent_for(*turns: list[Any], final: str | None = "answer", **kwargs: Any) ->
 
 
 async def streamed(agent: Agent[Any], **kwargs: Any) -> Any:
-    stream = run_guarded_streamed(agent, "go", **kwargs)
-    async for _ in stream.stream_events():
-        pass
-    return await stream.outcome()
+    return await guarded_outcome(agent, "go", stream=True, **kwargs)
 
 
 def both_modes(agent_factory: Any, **kwargs: Any) -> list[Any]:
@@ -119,6 +117,7 @@ def test_validated_done_from_a_tool_is_completed_with_the_verified_value() -> No
 
 
 def test_a_final_answer_nobody_validated_is_partial_with_the_last_verified_value() -> None:
+    """Rules: R6 (progress is decided by the application), R11 (outcomes)."""
     scenario = lambda: agent_for(step("read_page", {"page": 1}, "c1"), step("read_page", {"page": 2}, "c2"))  # noqa: E731
     for outcome in both_modes(scenario):
         assert (outcome.status, outcome.reason, outcome.value, outcome.revision) == (
@@ -131,6 +130,7 @@ def test_a_final_answer_nobody_validated_is_partial_with_the_last_verified_value
 
 
 def test_verify_output_lets_a_final_answer_complete_the_task() -> None:
+    """Rules: R6 (progress is decided by the application), R11 (outcomes)."""
     outcome = asyncio.run(
         run_guarded(agent_for(final="42"), "go", budget=BUDGET, verify_output=lambda out: out == "42")
     )
@@ -149,6 +149,7 @@ def test_verify_output_lets_a_final_answer_complete_the_task() -> None:
 
 
 def test_max_turns_is_stopped_max_turns_not_an_exception() -> None:
+    """Rules: R11 (outcomes)."""
     scenario = lambda: agent_for(*[step("read_page", {"page": i}, f"c{i}") for i in range(1, 6)])  # noqa: E731
     for outcome in both_modes(scenario, max_turns=2):
         assert (outcome.status, outcome.reason, outcome.value) == (Status.STOPPED, Reason.MAX_TURNS, "page 2")
@@ -209,9 +210,7 @@ def test_refusal_continue_mode_tells_the_model_and_the_same_call_stays_refused()
     assert "same_call" in outcome.detail and outcome.result.final_output == "I give up"
     model = agent.model
     assert isinstance(model, ScriptedModel)
-    outputs = [
-        i["output"] for i in model.calls[-1].input if isinstance(i, dict) and i.get("type") == "function_call_output"
-    ]
+    outputs = told(model.calls[-1].input)
     assert outputs[:2] == ["nothing about x"] * 2 and all("same_call" in o for o in outputs[2:])
 
 
@@ -237,6 +236,7 @@ def test_refusal_raise_mode_raises_with_the_stored_outcome() -> None:
 
 
 def test_a_finished_task_returns_its_outcome_and_runs_nothing() -> None:
+    """Rules: R11 (outcomes)."""
     store = MemoryStore()
     first = asyncio.run(run_guarded(looping_agent(), "go", budget=BUDGET, store=store, task_id="t"))
     agent = looping_agent()
@@ -309,6 +309,7 @@ def test_a_write_that_timed_out_needs_reconciliation_and_is_not_sent_again() -> 
 
 
 def test_a_write_that_raised_after_its_effect_is_unknown_and_blocks_a_resend() -> None:
+    """Rules: R10 (writes and the ledger)."""
     store = MemoryStore()
     first = asyncio.run(
         run_guarded(agent_for(step("ship", {"order": 3}, "c1")), "go", budget=BUDGET, store=store, task_id="t1")
@@ -404,6 +405,7 @@ def test_a_programming_error_ends_the_task_as_fatal_and_is_raised() -> None:
 
 
 def test_cancelling_the_run_task_is_stopped_cancelled_with_the_calls_in_flight() -> None:
+    """Rules: R3 (shared stop mark)."""
     started: list[asyncio.Event] = []
 
     @guarded_tool
@@ -498,6 +500,7 @@ def refund(order: int) -> str:
 
 
 def test_an_approval_interruption_is_needs_human_with_the_state_reachable() -> None:
+    """Rules: R13 (approval pauses)."""
     paused: list[tuple[Any, str]] = []
 
     def on_pause(result: Any, guard: Guard) -> str:

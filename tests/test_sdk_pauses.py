@@ -25,10 +25,10 @@ from agents_loopguard.sdk import (
     guarded_tool,
     resume_guarded,
     resume_guarded_sync,
-    run_guarded_streamed,
     run_guarded_sync,
 )
 from agents_loopguard.store import MemoryStore, PauseAlreadyResumed, SQLStore, Store
+from tests.support.sdk import committed, guarded_outcome, told, told_by_id
 
 pytestmark = pytest.mark.timeout(60)
 agents.set_tracing_disabled(True)
@@ -42,10 +42,6 @@ lost_answers: list[bool] = []
 def _clean() -> None:
     sent.clear()
     lost_answers.clear()
-
-
-def committed(args: dict[str, Any], output: Any) -> dict[str, Any]:
-    return {"revision": 1, "done": False, "effect": "committed"}
 
 
 @guarded_tool(kind="write", operation_id=lambda a: f"refund-order-{a['order']}", verify=committed, needs_approval=True)
@@ -121,15 +117,8 @@ def test_an_approval_pause_is_stored_by_default_with_the_budget_and_counters(sto
 
 
 def test_a_streamed_run_stores_its_pause_too(store: Store) -> None:
-    async def scenario() -> Any:
-        stream = run_guarded_streamed(
-            clerk(call("refund", {"order": 5}, "c1")), "go", budget=BUDGET, store=store, task_id="t-stream"
-        )
-        async for _ in stream.stream_events():
-            pass
-        return await stream.outcome()
-
-    outcome = asyncio.run(scenario())
+    agent = clerk(call("refund", {"order": 5}, "c1"))
+    outcome = asyncio.run(guarded_outcome(agent, "go", stream=True, budget=BUDGET, store=store, task_id="t-stream"))
     assert outcome.status is Status.NEEDS_HUMAN and store.pause(outcome.pause_id or "") is not None
 
 
@@ -163,7 +152,7 @@ def test_decisions_apply_to_exactly_the_pause_calls_and_the_resume_is_recorded(s
     )
     assert sent == ["refund-5"]
     assert (resumed.status, resumed.used) == (Status.PARTIAL, Usage(2, 1))  # counters went on from 1 turn, 0 tools
-    outputs = {i["call_id"]: i["output"] for i in model.last_call.input if i.get("type") == "function_call_output"}
+    outputs = told_by_id(model.last_call.input)
     assert outputs == {"c1": "refunded 5", "c2": "refund of order 6 refused by ana"}
     [transition] = store.transitions("t1")
     assert (transition.kind, transition.who, transition.why, transition.pause_id) == (
@@ -416,7 +405,7 @@ def test_a_write_reconciled_as_committed_returns_its_result_without_executing(st
         Reason.VALIDATED_DONE,
         "shipment 9 booked (B-77)",
     )
-    outputs = [i["output"] for i in model.last_call.input if i.get("type") == "function_call_output"]
+    outputs = told(model.last_call.input)
     assert outputs[-1] == "shipment 9 booked (B-77)"
     assert outcome.used == Usage(
         first.used.models + 2, first.used.tools

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget, MemoryStore, Outcome
-from agents_loopguard.sdk import guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import guarded_tool
+from tests.support.sdk import guarded_outcome
 
 agents.set_tracing_disabled(True)
 
@@ -91,13 +92,7 @@ async def guarded(world: World, plan: list[Any], prefix: str, stream: bool, **kw
     model = ScriptedModel(steps)
     agent = agents.Agent(name="a", model=model, tools=world.tools())
     kwargs["max_turns"] = len(steps)  # the script never runs dry: the SDK's limit comes first
-    if stream:
-        run = run_guarded_streamed(agent, "go", **kwargs)
-        async for _ in run.stream_events():
-            pass
-        outcome = await run.outcome()
-    else:
-        outcome = await run_guarded(agent, "go", **kwargs)
+    outcome = await guarded_outcome(agent, "go", stream=stream, **kwargs)
     assert len(model.calls) == outcome.used.models  # every attempt sent was reserved, and only those
     return outcome
 

@@ -15,7 +15,8 @@ from agents import Agent, MaxTurnsExceeded, ModelSettings, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Reason, Status
-from agents_loopguard.sdk import guarded_tool, run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import guarded_tool, run_guarded
+from tests.support.sdk import done_at_two, guarded_outcome
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -26,10 +27,6 @@ BUDGET = Budget(model_turns=10, tool_executions=10)
 def check_order(order: int) -> str:
     """Check an order; the second check finds everything in place."""
     return f"order {order} checked"
-
-
-def done_at_two(args: dict[str, Any], output: Any) -> dict[str, Any]:
-    return {"revision": args["order"], "done": args["order"] >= 2, "effect": "none"}
 
 
 guarded_check = guarded_tool(verify=done_at_two)(check_order)
@@ -66,10 +63,7 @@ def sent_choices(model: ScriptedModel) -> list[Any]:
 
 
 async def streamed(agent: Agent[Any], **kwargs: Any) -> Any:
-    stream = run_guarded_streamed(agent, "check the orders", **kwargs)
-    async for _ in stream.stream_events():
-        pass
-    return await stream.outcome()
+    return await guarded_outcome(agent, "check the orders", stream=True, **kwargs)
 
 
 def test_without_the_guard_a_forced_tool_choice_loops_to_max_turns() -> None:
@@ -81,6 +75,7 @@ def test_without_the_guard_a_forced_tool_choice_loops_to_max_turns() -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 def test_with_the_guard_validated_done_releases_tool_choice_and_the_run_completes(stream: bool) -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(2))
     agent = forced(model, guarded_check)
     if stream:
@@ -99,6 +94,7 @@ def test_with_the_guard_validated_done_releases_tool_choice_and_the_run_complete
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 def test_an_exhausted_tool_budget_releases_tool_choice(stream: bool) -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(1))
     budget = Budget(model_turns=10, tool_executions=1)
     agent = forced(model, guarded_tool(check_order))
@@ -116,6 +112,7 @@ def test_an_exhausted_tool_budget_releases_tool_choice(stream: bool) -> None:
 
 
 def test_the_last_model_turn_does_not_force_a_tool_nobody_could_read() -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(3))
     outcome = asyncio.run(run_guarded(forced(model, guarded_tool(check_order)), "check", budget=Budget(2, 10)))
     assert sent_choices(model) == ["required", "none"]
@@ -123,6 +120,7 @@ def test_the_last_model_turn_does_not_force_a_tool_nobody_could_read() -> None:
 
 
 def test_a_forced_function_is_released_like_required() -> None:
+    """Rules: R12 (tool_choice)."""
     model = ScriptedModel(script(2))
     outcome = asyncio.run(run_guarded(forced(model, guarded_check, choice="check_order"), "check", budget=BUDGET))
     assert sent_choices(model) == ["check_order", "check_order", "none"]

@@ -25,16 +25,13 @@ from pydantic import BaseModel
 from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
 from agents_loopguard.sdk import current_guard, guard_tool, guarded_tool, run_guarded, tool_spec
 from agents_loopguard.sdk import tools as tools_module
+from tests.support.sdk import committed, told
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
 
 BUDGET = Budget(model_turns=10, tool_executions=10)
 DONE = {"revision": 1, "done": True, "effect": "none"}
-
-
-def committed(_args: dict[str, Any], _out: Any) -> dict[str, Any]:
-    return {"revision": 1, "done": False, "effect": "committed"}
 
 
 def calls(*turns: list[Any], final: str = "ok") -> ScriptedModel:
@@ -224,6 +221,7 @@ def test_guard_tool_on_an_opaque_function_tool_counts_the_invoker_as_the_body() 
 
 
 def test_a_refused_call_never_runs_the_body() -> None:
+    """Rules: R1 (gate before execution), R7 (repetition and stall)."""
     ran: list[str] = []
 
     @guarded_tool
@@ -240,6 +238,7 @@ def test_a_refused_call_never_runs_the_body() -> None:
 
 @pytest.mark.parametrize("raw", ["{not json", "[1, 2]", '"text"', '{"q": NaN}'])
 def test_malformed_arguments_are_an_invalid_call_not_a_crash(raw: str) -> None:
+    """Rules: R1 (gate before execution), R11 (outcomes)."""
     ran: list[Any] = []
 
     @guarded_tool
@@ -281,6 +280,7 @@ def test_arguments_the_schema_rejects_are_refused_before_the_reservation() -> No
 
 
 def test_a_committed_write_returns_its_stored_result_without_running_again() -> None:
+    """Rules: R5 (call identity), R10 (writes and the ledger)."""
     sent: list[int] = []
 
     @guarded_tool(kind="write", operation_id=lambda a: f"pay-{a['order']}", verify=committed)
@@ -367,9 +367,7 @@ def _with_policy(tool: FunctionTool, policy: Any) -> FunctionTool:
 
 
 def _told(model: ScriptedModel) -> list[str]:
-    return [
-        i["output"] for i in model.calls[1].input if isinstance(i, dict) and i.get("type") == "function_call_output"
-    ]
+    return told(model.calls[1].input)
 
 
 @pytest.mark.parametrize("made_by", ["guarded_tool", "guard_tool", "callable object"])

@@ -21,13 +21,9 @@ from tests.support.server_env import (
     lost_write,
     paused_task,
 )
+from tests.support.stores import sql_store
 
-
-@pytest.fixture
-def store(sql_url: str) -> Iterator[SQLStore]:
-    opened = SQLStore(sql_url)
-    yield opened
-    opened.close()
+store = pytest.fixture(sql_store, name="store")
 
 
 @pytest.fixture

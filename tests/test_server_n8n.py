@@ -22,6 +22,7 @@ from agents_loopguard.store.sql import SQLStore
 from tests.support.live_server import LiveServer
 from tests.support.n8n_replay import N8nReplay
 from tests.support.server_env import CONFIG, bearer
+from tests.support.stores import sql_store
 
 EXPORT = Path(__file__).resolve().parents[1] / "examples" / "n8n" / "orders-sync.workflow.json"
 FLOW = "orders-sync"
@@ -81,11 +82,7 @@ class OrderService:
         self.http.server_close()
 
 
-@pytest.fixture
-def store(sql_url: str) -> Iterator[SQLStore]:
-    opened = SQLStore(sql_url)
-    yield opened
-    opened.close()
+store = pytest.fixture(sql_store, name="store")
 
 
 @pytest.fixture

@@ -14,16 +14,13 @@ from agents_loopguard.store.sql import SQLStore
 from agents_loopguard.triggers import TriggerGuard
 from tests.support.live_server import LiveServer
 from tests.support.server_env import CONFIG, bearer
+from tests.support.stores import sql_store
 
 FLOW = "orders-sync"
 BASE = f"/api/v1/flows/{FLOW}/activations"
 
 
-@pytest.fixture
-def store(sql_url: str) -> Iterator[SQLStore]:
-    opened = SQLStore(sql_url)
-    yield opened
-    opened.close()
+store = pytest.fixture(sql_store, name="store")
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ def test_a_stop_after_the_outcome_records_what_it_stopped(store_factory: Callabl
 
 @pytest.mark.timeout(120)
 def test_racing_processes_set_the_mark_once(sql_url: str, tmp_path: Path) -> None:
+    """Rules: R3 (shared stop mark), R16 (many workers)."""
     from agents_loopguard.store.sql import SQLStore
 
     store = SQLStore(sql_url)

@@ -25,8 +25,8 @@ from agents_loopguard.store import (
     StoreError,
     TraceEntry,
 )
-from tests.test_core_runner import REASONS, Observed, Scenario, _fakes, ev, read, write
-from tests.test_core_runner import scenarios as core_scenarios
+from tests.support.scenarios import REASONS, Observed, Scenario, _fakes, ev, read, write
+from tests.support.scenarios import scenarios as core_scenarios
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,6 +70,7 @@ def test_tasks_are_listed_oldest_first(store: Store) -> None:
 
 
 def test_model_turns_are_reserved_up_to_the_limit_and_traced(store: Store) -> None:
+    """Rules: R1 (gate before execution), R2 (separate counters), R4 (trace)."""
     store.ensure_task("t", Budget(model_turns=2, tool_executions=5))
     grants = [store.reserve_turn("t", now=float(i)) for i in range(3)]
     assert [g.granted for g in grants] == [True, True, False]
@@ -84,6 +85,7 @@ def test_model_turns_are_reserved_up_to_the_limit_and_traced(store: Store) -> No
 
 
 def test_stop_mark_refuses_every_reservation_and_keeps_its_first_reason(store: Store) -> None:
+    """Rules: R3 (shared stop mark)."""
     store.ensure_task("t", BIG)
     assert store.reserve_execution("t", "a", max_repeats=2).granted
     snap = store.request_stop("t", "operator says stop", now=3)
@@ -114,6 +116,7 @@ def test_a_finished_task_refuses_reservations(store: Store) -> None:
 
 
 def test_same_call_is_bounded_per_revision(store: Store) -> None:
+    """Rules: R7 (repetition and stall)."""
     store.ensure_task("t", BIG)
     grants = [store.reserve_execution("t", "fp", max_repeats=2, now=1) for _ in range(3)]
     assert [g.granted for g in grants] == [True, True, False]
@@ -137,6 +140,7 @@ def test_refusals_come_in_order_stop_then_repetition_then_budget(store: Store) -
 
 
 def test_polls_have_their_own_wait_budget(store: Store) -> None:
+    """Rules: R8 (polling)."""
     store.ensure_task("t", BIG)
     assert store.reserve_execution("t", "job", max_repeats=10, now=0, max_wait=10, poll=True).granted
     assert store.reserve_execution("t", "job", max_repeats=10, now=9, max_wait=10, poll=True).granted
@@ -151,6 +155,7 @@ def test_polls_have_their_own_wait_budget(store: Store) -> None:
 
 
 def test_cost_is_reserved_against_the_budget_and_settled(store: Store) -> None:
+    """Rules: R2 (separate counters)."""
     store.ensure_task("t", Budget(model_turns=1, tool_executions=1, cost=1.0))
     assert store.reserve_cost("t", 0.75).used.cost == 0.75
     refused = store.reserve_cost("t", 0.5)
@@ -327,6 +332,7 @@ def test_each_refusal_has_the_same_reason_and_words_on_every_backend(store: Stor
 
 
 def test_an_operation_is_claimed_once_and_conflicts_are_returned_unclaimed(store: Store) -> None:
+    """Rules: R10 (writes and the ledger)."""
     store.ensure_task("t", BIG)
     claim = store.reserve_operation("t", "op-1", "fp-a", "save", now=5)
     assert claim.claimed and claim.record.state is OperationState.UNKNOWN
@@ -355,6 +361,7 @@ def test_a_verified_non_execution_may_be_claimed_again_with_the_same_payload(sto
 
 
 def test_reconcile_records_the_receivers_answer_for_an_unknown_operation_only(store: Store) -> None:
+    """Rules: R10 (writes and the ledger)."""
     store.ensure_task("t", BIG)
     store.reserve_operation("t", "op-1", "fp", "pay")
     still = store.reconcile_operation("op-1", OperationState.UNKNOWN)
@@ -444,6 +451,7 @@ def test_operations_are_listed_per_task(store: Store) -> None:
 
 
 def test_progress_keeps_the_highest_revision_and_counts_stalls(store: Store) -> None:
+    """Rules: R6 (progress is decided by the application), R7 (repetition and stall)."""
     store.ensure_task("t", BIG, revision=1)
     steps = [
         ({"revision": 3}, (3, 0)),
@@ -487,6 +495,7 @@ def test_record_execution_settles_the_write_in_the_same_step(store: Store) -> No
 
 
 def test_seen_keys_are_reported_as_seen_before_or_not(store: Store) -> None:
+    """Rules: R9 (pagination)."""
     store.ensure_task("t", BIG)
     first = store.record_execution("t", tool_entry(), revision=1, seen=["cursor:a", "record:1", "record:1"])
     assert first.seen_before == (False, False, False)
@@ -497,6 +506,7 @@ def test_seen_keys_are_reported_as_seen_before_or_not(store: Store) -> None:
 
 
 def test_trace_keeps_every_step_in_order(store: Store) -> None:
+    """Rules: R4 (trace)."""
     store.ensure_task("t", BIG)
     store.reserve_turn("t", now=1)
     store.append_trace("t", tool_entry("refused", at=2))
@@ -530,6 +540,7 @@ def test_finish_stores_the_first_outcome_only(store: Store) -> None:
 
 
 def test_activations_follow_the_chain_through_the_ledger(store: Store) -> None:
+    """Rules: R15 (re-entry across executions)."""
     outside = store.activate("sync", "a-0", origin_operation_id=None, max_depth=1)
     assert (outside.granted, outside.chain_id, outside.depth, outside.duplicate) == (True, "a-0", 0, False)
     store.ensure_task("a-0", BIG)  # the activation id is also the task id of the run it starts
@@ -550,7 +561,10 @@ def test_activations_follow_the_chain_through_the_ledger(store: Store) -> None:
 
 
 def test_a_flow_re_triggered_through_another_flow_is_a_re_entry(store: Store) -> None:
-    """A -> B -> A: each activation alone is fine, the chain feeds itself; the store sees A among the ancestors."""
+    """A -> B -> A: each activation alone is fine, the chain feeds itself; the store sees A among the ancestors.
+
+    Rules: R15 (re-entry across executions).
+    """
     a0 = store.activate("orders", "o-0", origin_operation_id=None, max_depth=0)
     store.ensure_task("o-0", BIG)
     store.reserve_operation("o-0", "row-by-o0", "fp", "save")
@@ -599,6 +613,7 @@ def test_a_pause_is_stored_with_the_budget_and_finishes_the_task(store: Store) -
 
 
 def test_a_pause_resumes_once_and_reopens_the_task_without_touching_counters(store: Store) -> None:
+    """Rules: R13 (approval pauses)."""
     paused(store)
     claimed, transition = store.claim_pause("p-1", who="ops", decisions={"c1": "approve"}, why="ok", now=11)
     assert (claimed.status, claimed.resumed_by, claimed.resumed_at, claimed.decisions) == (
@@ -672,6 +687,7 @@ def test_a_reconcile_transition_keeps_the_stop_mark(store: Store) -> None:
 
 
 def test_a_second_store_on_the_same_database_sees_the_same_state(store_factory: Callable[[], Store]) -> None:
+    """Rules: R16 (many workers)."""
     one, two = store_factory(), store_factory()
     one.ensure_task("t", BIG)
     one.reserve_operation("t", "op-1", "fp", "save")

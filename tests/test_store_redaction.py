@@ -96,6 +96,7 @@ def assert_clean(blob: bytes, where: str) -> None:
 
 
 def test_no_operator_secret_reaches_the_sqlite_file_or_its_log(tmp_path: Path) -> None:
+    """Rules: R4 (trace)."""
     db = tmp_path / "lg.db"
     store = SQLStore(f"sqlite:///{db}")
     operator_steps(store)
@@ -108,6 +109,7 @@ def test_no_operator_secret_reaches_the_sqlite_file_or_its_log(tmp_path: Path) -
 
 @pytest.mark.postgres
 def test_no_operator_secret_reaches_pg_dump(pg_schema_url: str) -> None:
+    """Rules: R4 (trace)."""
     with SQLStore(pg_schema_url) as store:
         operator_steps(store)
         assert store.reserve_turn("t-stop").reason is not Reason.STOP_REQUESTED

@@ -44,7 +44,10 @@ def write_once(store: Store, trigger: TriggerGuard, activation: Activation, oper
 
 
 def test_the_example_flow_stops_its_own_echo() -> None:
-    """The row written by activation 1 fires the flow again; that activation is refused before anything runs."""
+    """The row written by activation 1 fires the flow again; that activation is refused before anything runs.
+
+    Rules: R15 (re-entry across executions).
+    """
     store, rows = MemoryStore(), example.Rows()
     rows.add_order(42)
     trigger = TriggerGuard(store, flow="orders-sync", max_depth=0)
@@ -77,7 +80,10 @@ def test_the_example_flow_stops_its_own_echo() -> None:
 
 def test_chain_budget_lives_in_the_store_not_in_the_guard_object() -> None:
     """With max_depth=2 the chain may re-enter twice; a fresh TriggerGuard per activation (a new process's view)
-    still refuses the third re-entry, because the depth is counted from the store."""
+    still refuses the third re-entry, because the depth is counted from the store.
+
+    Rules: R15 (re-entry across executions).
+    """
     store, rows = MemoryStore(), example.Rows()
     rows.add_order(42)
     outcomes = []
@@ -131,6 +137,7 @@ def test_activations_not_caused_by_the_flow_start_new_chains() -> None:
 
 
 def test_a_ping_pong_between_two_flows_is_stopped_at_the_trigger() -> None:
+    """Rules: R15 (re-entry across executions)."""
     store = MemoryStore()
     orders = TriggerGuard(store, flow="orders-sync", max_depth=0)
     billing = TriggerGuard(store, flow="billing", max_depth=0)
@@ -163,7 +170,10 @@ def test_guard_of_an_activation_uses_its_id_as_task_id_and_refuses_a_refused_one
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not sql_store_available(), reason="agents_loopguard.store.sql.SQLStore is not importable yet")
 def test_echo_is_recognized_across_two_processes_with_a_sqlite_store(tmp_path: Path) -> None:
-    """Process 1 handles the external change and writes; process 2 receives the echo and refuses it."""
+    """Process 1 handles the external change and writes; process 2 receives the echo and refuses it.
+
+    Rules: R15 (re-entry across executions), R16 (many workers).
+    """
     url = f"sqlite:///{tmp_path / 'loopguard.db'}"
     rows = str(tmp_path / "rows.db")
 

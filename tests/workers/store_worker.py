@@ -39,6 +39,21 @@ def start_together(cfg: dict[str, Any]) -> None:
         time.sleep(0.002)
 
 
+def first_units_taken(cfg: dict[str, Any], i: int) -> None:
+    """A sharing barrier without timing: after its first unit (``i == 1``: one grant taken) a worker says so, then
+    takes no further unit until every worker of the race has taken its first one. So each of them took at least one
+    unit of the shared budget whatever the scheduler does; after that they race freely."""
+    if "took" not in cfg or i != 1:
+        return
+    took = Path(cfg["took"])
+    (took / str(cfg["worker"])).write_text(str(os.getpid()))
+    deadline = time.monotonic() + 60
+    while len(list(took.iterdir())) < cfg["workers"]:
+        if time.monotonic() > deadline:
+            raise SystemExit("the other workers took no first unit within 60 s")
+        time.sleep(0.002)
+
+
 def log_line(log: Any, text: str) -> None:
     log.write(text + "\n")
     log.flush()
@@ -82,6 +97,7 @@ def budget(cfg: dict[str, Any]) -> dict[str, Any]:
     reason = None
     with open(cfg["log"], "a") as log:
         for i in range(10**6):
+            first_units_taken(cfg, i)
             ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": f"w{cfg['worker']}-{i}"}})
             if isinstance(ticket, Verdict):
                 reason = str(ticket.reason)
@@ -101,6 +117,7 @@ def tool_limit(cfg: dict[str, Any]) -> dict[str, Any]:
     reason = None
     with open(cfg["log"], "a") as log:
         for i in range(10**6):
+            first_units_taken(cfg, i)
             if i % 2:
                 reservation = store.reserve_write(
                     task, f"mail-{worker}-{i}", f"fp-{worker}-{i}", "send_email", max_repeats=2, tool_limit=limit

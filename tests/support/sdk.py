@@ -1,0 +1,46 @@
+"""Helpers shared by the Agents SDK tests: run a guarded agent (streamed or not) to its Outcome, read what the model
+was told, and the verify functions several modules use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agents import Agent
+
+from agents_loopguard import Outcome
+from agents_loopguard.sdk import run_guarded, run_guarded_streamed
+
+__all__ = ["committed", "done_at_two", "guarded_outcome", "told", "told_by_id"]
+
+
+async def guarded_outcome(agent: Agent[Any], input: Any = "go", *, stream: bool = False, **kwargs: Any) -> Outcome:
+    """``run_guarded(agent, input, **kwargs)``, or ``run_guarded_streamed`` with every event consumed, then its
+    outcome."""
+    if not stream:
+        return await run_guarded(agent, input, **kwargs)
+    run = run_guarded_streamed(agent, input, **kwargs)
+    async for _ in run.stream_events():
+        pass
+    return await run.outcome()
+
+
+def told(items: Iterable[Any]) -> list[Any]:
+    """The outputs of the ``function_call_output`` items of a model call's input (what the model was told), in
+    order."""
+    return [i["output"] for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+def told_by_id(items: Iterable[Any]) -> dict[str, Any]:
+    """call id -> output, for the ``function_call_output`` items of a model call's input."""
+    return {i["call_id"]: i["output"] for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"}
+
+
+def committed(args: dict[str, Any], output: Any) -> dict[str, Any]:
+    """Evidence of a write the receiver confirms committed (revision 1, not done)."""
+    return {"revision": 1, "done": False, "effect": "committed"}
+
+
+def done_at_two(args: dict[str, Any], output: Any) -> dict[str, Any]:
+    """Evidence of ``check_order``: the revision is the order checked; checking order 2 finds the task done."""
+    return {"revision": args["order"], "done": args["order"] >= 2, "effect": "none"}
