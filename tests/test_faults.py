@@ -193,7 +193,7 @@ def test_a_budget_passed_for_an_existing_task_keeps_the_stored_one_and_says_so(
 def test_r16_two_worker_processes_ending_one_task_both_report_the_stored_outcome(sql_url: str, tmp_path: Any) -> None:
     """Two OS processes end the same task at once with different verdicts: one wins, and the loser reports what the
     store kept (the winner's outcome), never its own; each guard then stays ended with the kept outcome."""
-    from tests.test_store_processes import Worker, prepared, start_together
+    from tests.support.processes import Worker, prepared, start_together
 
     url = prepared(sql_url)
     verdicts = [("completed", "validated_done"), ("stopped", "no_progress")]

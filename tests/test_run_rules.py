@@ -163,20 +163,9 @@ def test_invalid_call_arguments_are_refused_before_any_execution(adapter: str, a
     assert [e.result_class for e in store.trace("t") if e.kind == "tool"] == ["refused:invalid_call"]
 
 
-SCHEMA_REFUSAL_NOT_TOLD = (
-    "bug: in the Agents SDK adapter, arguments the tool's JSON schema rejects are recorded as invalid_call, but with "
-    "on_refusal='continue' the model reads the SDK's generic failure text ('An error occurred while running the "
-    "tool...') instead of the refusal; the raw loop tells it 'refused: stopped/invalid_call: ...'"
-)
-
-
 @pytest.mark.parametrize("arguments", INVALID)
-def test_invalid_call_in_continue_mode_tells_the_model_and_goes_on(
-    adapter: str, arguments: str, request: pytest.FixtureRequest
-) -> None:
+def test_invalid_call_in_continue_mode_tells_the_model_and_goes_on(adapter: str, arguments: str) -> None:
     """R1, R12: ``on_refusal="continue"``: the model reads the invalid_call refusal and its next, valid call runs."""
-    if adapter.startswith("sdk") and arguments == '{"ord": 4}':
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SCHEMA_REFUSAL_NOT_TOLD))
     steps = [Calls(("check_order", arguments)), Calls(("check_order", {"order": 2})), Say("done")]
     got = run_scenario(adapter, steps, [CHECK], budget=BUDGET, on_refusal="continue")
     assert (got.outcome.status, got.outcome.used.tools, ran) == (Status.COMPLETED, 1, ["check-2"])

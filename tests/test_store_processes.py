@@ -7,83 +7,20 @@ store that is under test.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agents_loopguard import Budget, Reason
 from agents_loopguard.store import OperationState, SQLStore
+from tests.support.processes import Worker, prepared, shared_barrier, start_together
 
 pytestmark = pytest.mark.timeout(150)
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 4
-
-
-class Worker:
-    """One worker process and its files."""
-
-    def __init__(self, tmp: Path, name: str, mode: str, **cfg: Any) -> None:
-        self.name = name
-        self.log = tmp / f"{name}.log"
-        self.result = tmp / f"{name}.json"
-        self.stderr = tmp / f"{name}.err"
-        self.ready = tmp / f"{name}.ready"
-        self.log.touch()
-        cfg = {**cfg, "log": str(self.log), "result": str(self.result), "ready": str(self.ready)}
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        with open(self.stderr, "w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.workers.store_worker", mode, json.dumps(cfg)],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.ready.exists():
-            assert self.proc.poll() is None, f"{self.name} died before it was ready:\n{self.stderr.read_text()}"
-            assert time.monotonic() < deadline, f"{self.name} was not ready in {timeout} s"
-            time.sleep(0.01)
-
-    def finish(self, timeout: float = 120) -> Any:
-        code = self.proc.wait(timeout=timeout)
-        assert code == 0, f"{self.name} exited {code}:\n{self.stderr.read_text()}"
-        return json.loads(self.result.read_text())
-
-    def lines(self) -> list[str]:
-        return self.log.read_text().splitlines()
-
-
-def start_together(tmp: Path, workers: list[Worker]) -> None:
-    for worker in workers:
-        worker.wait_ready()
-    (tmp / "go").touch()
-
-
-def shared_barrier(tmp: Path) -> dict[str, Any]:
-    """Worker options that make sharing certain: a worker takes its second unit of the shared budget only once every
-    worker took its first (see ``first_units_taken`` in the worker); the race for the rest stays free."""
-    took = tmp / "took"
-    took.mkdir()
-    return {"took": str(took), "workers": WORKERS}
-
-
-def prepared(url: str) -> str:
-    """Create the schema before the race (first use by many processes is tested elsewhere)."""
-    with SQLStore(url) as store:
-        store.tasks()
-    return url
 
 
 def test_racing_workers_execute_each_operation_exactly_once(sql_url: str, tmp_path: Path) -> None:
@@ -136,7 +73,7 @@ def test_racing_workers_execute_each_operation_exactly_once(sql_url: str, tmp_pa
 def test_a_shared_budget_of_n_executions_is_never_exceeded(sql_url: str, tmp_path: Path) -> None:
     """Rules: R2 (separate counters), R16 (many workers)."""
     url, limit = prepared(sql_url), 120
-    go, took = str(tmp_path / "go"), shared_barrier(tmp_path)
+    go, took = str(tmp_path / "go"), shared_barrier(tmp_path, WORKERS)
     workers = [
         Worker(tmp_path, f"budget-{n}", "budget", url=url, task="shared", limit=limit, worker=n, go=go, **took)
         for n in range(WORKERS)
@@ -159,7 +96,7 @@ def test_a_per_tool_limit_shared_by_workers_is_never_exceeded(sql_url: str, tmp_
     url, limit = prepared(sql_url), 60
     with SQLStore(url) as store:
         store.ensure_task("mail", Budget(model_turns=0, tool_executions=10**6))
-    go, took = str(tmp_path / "go"), shared_barrier(tmp_path)
+    go, took = str(tmp_path / "go"), shared_barrier(tmp_path, WORKERS)
     workers = [
         Worker(tmp_path, f"tool-{n}", "tool_limit", url=url, task="mail", limit=limit, worker=n, go=go, **took)
         for n in range(WORKERS)

@@ -53,7 +53,9 @@ class LoopOptions:
     release_tool_choice: Release = "none"
     """What replaces a forcing ``tool_choice`` once no work remains: ``"none"`` (the model answers) or ``"auto"``."""
     reset_forced_function: bool = True
-    """A forced function that ran is sent as ``"auto"`` afterwards (as the Agents SDK's ``reset_tool_choice``)."""
+    """A forced function that ran is sent as ``"auto"`` afterwards. Narrower than the Agents SDK's
+    ``reset_tool_choice``, which clears any choice (``"required"`` included) once a tool was used; here
+    ``"required"`` stays until no work remains (then it is released to ``"none"``)."""
     on_refusal: OnRefusal = "end"
     """A refused call ends the run (``"end"``), is reported to the model (``"continue"``), or ends it and raises
     :class:`~agents_loopguard.run.GuardStopped` (``"raise"``)."""
