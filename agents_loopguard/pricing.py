@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PROMPT_FIELDS", "Price", "estimate_input_tokens", "price_for"]
+__all__ = ["PROMPT_FIELDS", "InputEstimator", "Price", "estimate_input_tokens", "price_for"]
 
 PROMPT_FIELDS = ("messages", "input", "instructions", "tools", "tool_choice", "text", "response_format")
 """Request fields that are rendered into the prompt and so count as input tokens."""
@@ -60,6 +60,10 @@ def price_for(prices: Mapping[str, Price], model: str) -> Price | None:
         return prices[model]
     family = [name for name in prices if model.startswith(name + "-")]
     return prices[max(family, key=len)] if family else None
+
+
+InputEstimator = Callable[[Mapping[str, Any]], int]
+"""``estimate(request) -> int``: an upper bound of a request's input tokens (see :func:`estimate_input_tokens`)."""
 
 
 def estimate_input_tokens(request: Mapping[str, Any]) -> int:

@@ -63,7 +63,7 @@ from .evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from .metering import NOTHING_RESERVED, Meter, Reserved
 from .model_errors import ModelFailure
 from .outcome import Outcome, Reason, Status
-from .pricing import Price
+from .pricing import InputEstimator, Price, estimate_input_tokens
 from .retry import RetryPolicy, ToolFailure
 from .store.base import Store
 from .store.defaults import default_store
@@ -256,6 +256,8 @@ class GuardedRun:
     reset_forced_function: bool = False
     prices: Mapping[str, Price] | None = None
     """Price table of the models (required with a cost budget): each attempt reserves its worst case first."""
+    estimate_input_tokens: InputEstimator = estimate_input_tokens
+    """A request's input tokens, for the worst case an attempt reserves (default: a generous byte bound)."""
     unwrap_values: bool = True
     label: Callable[[Call], str] = call_label
     raises: Callable[[Outcome], Exception] = GuardStopped
@@ -327,7 +329,7 @@ class GuardedRun:
         *,
         offers_tools: bool = True,
         model: str | None = None,
-        input_tokens: Callable[[], int] | None = None,
+        request: Callable[[], Mapping[str, Any]] | None = None,
         max_output_tokens: int | None = None,
     ) -> ModelAttempt | Verdict:
         """Reserve one model attempt before it is sent: its worst-case cost (with a cost budget) and tokens (with
@@ -335,13 +337,15 @@ class GuardedRun:
         ends the run: the verdict is returned (and remembered); the attempt must not be sent.
 
         ``offers_tools``: the request offers tools (its ``tool_choice`` is the guard's then, see
-        :meth:`tool_choice`). ``model`` names the model for its price. ``input_tokens`` estimates the request's
-        input (called only when something is reserved); ``max_output_tokens`` bounds its output.
+        :meth:`tool_choice`). ``model`` names the model for its price. ``request`` gives what the request is made
+        of, for :attr:`estimate_input_tokens` (called only when something is reserved); ``max_output_tokens`` bounds
+        its output.
         """
         self.drain_interrupted()
         if self.verdict is not None:
             return self.verdict
-        reserved = self.meter.reserve(model, input_tokens, max_output_tokens)
+        estimate = None if request is None else lambda: self.estimate_input_tokens(request())
+        reserved = self.meter.reserve(model, estimate, max_output_tokens)
         if isinstance(reserved, Verdict):
             return self.stop(reserved)
         refused = self.guard.begin_turn()

@@ -337,6 +337,35 @@ def test_r2_token_limits_are_reserved_before_each_request_and_settled_with_the_u
         assert (third.status, third.reason, len(server.requests)) == (Status.STOPPED, Reason.TOKEN_BUDGET, 2)
 
 
+def test_r2_an_input_estimator_of_the_application_bounds_what_its_bytes_do_not(store: Store) -> None:
+    """``estimate_input_tokens=``: a request carrying an image is reserved at the application's estimate; one that
+    would cross the input limit is refused before it is sent."""
+    seen: list[Any] = []
+
+    def estimate(request: Any) -> int:
+        seen.append(request)
+        return 1_000 if "image" in str(request["input"]) else 10
+
+    with ScriptedOpenAIServer() as server:
+        server.add(final_text("small", usage=Usage(8, 2)))
+        budget = Budget(5, 0, input_tokens=500)
+        small = asyncio.run(
+            run_guarded(
+                http_agent(server), "q", budget=budget, store=store, task_id="est", estimate_input_tokens=estimate
+            )
+        )
+        assert (small.status, small.used.input_tokens, len(server.requests)) == (Status.PARTIAL, 8, 1)
+        assert seen[0]["input"] == [{"content": "q", "role": "user"}] and "tools" in seen[0]
+        store.recover("est", who="t", why="a picture", now=1.0)
+        picture = [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AA"}]}]
+        refused = asyncio.run(
+            run_guarded(
+                http_agent(server), picture, budget=budget, store=store, task_id="est", estimate_input_tokens=estimate
+            )
+        )
+        assert (refused.status, refused.reason, len(server.requests)) == (Status.STOPPED, Reason.TOKEN_BUDGET, 1)
+
+
 def test_r2_a_limit_the_run_cannot_enforce_is_refused_before_anything_runs() -> None:
     with ScriptedOpenAIServer() as server:
         with pytest.raises(ValueError, match="max_tokens"):

@@ -79,6 +79,7 @@ def _prepare(
         release=opts.release_tool_choice,
         reset_forced_function=opts.reset_forced_function,
         prices=opts.prices,
+        estimate_input_tokens=opts.estimate_input_tokens,
         unwrap_values=False,
         label=in_flight_label,
     )

@@ -123,7 +123,7 @@ class Loop:
             requested,
             offers_tools=bool(self.tools),
             model=self.model,
-            input_tokens=lambda: options.estimate_input_tokens(self._request(requested)),
+            request=lambda: self._request(requested),
             max_output_tokens=options.max_output_tokens,
         )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..budget import Budget, Policy
 from ..core import Guard
-from ..pricing import Price
+from ..pricing import InputEstimator, Price
 from ..pricing import estimate_input_tokens as _estimate_input_tokens
 from ..retry import MODEL_RETRY, RetryPolicy
 from ..run import OnRefusal, Release
@@ -74,7 +74,7 @@ class LoopOptions:
     # --- money ---
     prices: Mapping[str, Price] | None = None
     """Price table: with it every request reserves its worst-case cost first (required with ``Budget.cost``)."""
-    estimate_input_tokens: Callable[[Mapping[str, Any]], int] = _estimate_input_tokens
+    estimate_input_tokens: InputEstimator = _estimate_input_tokens
     """Estimates a request's input tokens for the worst case (a generous estimate by default)."""
 
     @classmethod

@@ -36,7 +36,6 @@ from agents.tool import Tool
 from ..core import Verdict
 from ..model_errors import ModelFailure, classify_model_error
 from ..outcome import Reason
-from ..pricing import estimate_input_tokens
 from ..retry import NO_RETRY, RetryPolicy
 from ..run import DeadlineExceeded, GuardedRun, ModelAttempt, within_deadline
 from ._internal import ACTIVE_RUN, Halt
@@ -256,7 +255,7 @@ class GuardedModel(Model):
             settings.tool_choice,
             offers_tools=bool(tools or handoffs),
             model=name if isinstance(name, str) else None,
-            input_tokens=lambda: estimate_input_tokens(request()),
+            request=request,
             max_output_tokens=settings.max_tokens,
         )
         if isinstance(attempt, Verdict):

@@ -63,7 +63,7 @@ from ..budget import Budget, Policy
 from ..core import Guard, Verdict
 from ..model_errors import classify_model_error
 from ..outcome import Outcome, Reason, Status
-from ..pricing import Price
+from ..pricing import InputEstimator, Price
 from ..run import GuardedRun, OnRefusal, Release, make_guard
 from ..store.base import Store
 from ._internal import ACTIVE_RUN, Halt, maybe_await, trace_decision
@@ -114,13 +114,17 @@ def start_run(
     on_refusal: OnRefusal,
     release: Release,
     prices: Mapping[str, Price] | None = None,
+    estimate_input_tokens: InputEstimator | None = None,
 ) -> GuardedRun:
     """The guarded run of one SDK run: its guard (decisions traced as SDK spans), the refusal modes, the prices."""
     install_nested_guard()
     the_guard = make_guard(guard=guard, budget=budget, store=store, task_id=task_id, policy=policy)
     if the_guard.observer is None:  # guard decisions show as spans in the SDK's trace
         the_guard.observer = trace_decision
-    return GuardedRun(the_guard, on_refusal=on_refusal, release=release, raises=GuardStopped, prices=prices)
+    run = GuardedRun(the_guard, on_refusal=on_refusal, release=release, raises=GuardStopped, prices=prices)
+    if estimate_input_tokens is not None:
+        run.estimate_input_tokens = estimate_input_tokens
+    return run
 
 
 def _entry(
@@ -135,6 +139,7 @@ def _entry(
     on_refusal: OnRefusal,
     release: Release,
     prices: Mapping[str, Price] | None,
+    estimate_input_tokens: InputEstimator | None,
 ) -> tuple[GuardedRun, Any]:
     """The run of an entry point and the input to give the SDK: a paused ``RunState`` continues its stored pause
     (its task's guard); a claimed one runs as is; anything else starts or continues the task named."""
@@ -148,9 +153,18 @@ def _entry(
             "run_guarded continues a RunState only from a stored approval pause (state.approve()/reject() on its "
             "interruptions); this state waits for no approval, and running it would start a fresh budget"
         )
-    return start_run(
-        guard, budget, store, task_id, policy, on_refusal=on_refusal, release=release, prices=prices
-    ), input
+    run = start_run(
+        guard,
+        budget,
+        store,
+        task_id,
+        policy,
+        on_refusal=on_refusal,
+        release=release,
+        prices=prices,
+        estimate_input_tokens=estimate_input_tokens,
+    )
+    return run, input
 
 
 @dataclasses.dataclass
@@ -363,6 +377,7 @@ async def run_guarded(
     on_pause: OnPause | None = None,
     who: str | None = None,
     prices: Mapping[str, Price] | None = None,
+    estimate_input_tokens: InputEstimator | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
     hooks: RunHooks[Any] | None = None,
@@ -387,6 +402,10 @@ async def run_guarded(
             with ``Budget(cost=...)``: each model attempt reserves its worst case first (input estimate plus
             ``ModelSettings.max_tokens``) and settles it with the reported usage. Token limits of the budget need
             ``ModelSettings.max_tokens`` too; a limit that cannot be enforced is refused before anything runs.
+        estimate_input_tokens: ``estimate(request) -> int``, the input tokens of a model request (its
+            ``instructions``, ``input`` and offered ``tools``) for the worst case reserved before it is sent. Default:
+            a generous byte bound (:func:`~agents_loopguard.pricing.estimate_input_tokens`); give your own when
+            requests carry images, audio or files, which their bytes do not bound.
         on_pause: ``on_pause(result, guard) -> pause_id``, called on an approval interruption. Default:
             :func:`~agents_loopguard.sdk.persist_pause` stores the pause in the task's store (resume it with
             :func:`~agents_loopguard.sdk.resume_guarded`); ``lambda result, guard: None`` stores nothing.
@@ -418,6 +437,7 @@ async def run_guarded(
         on_refusal=on_refusal,
         release=release_tool_choice,
         prices=prices,
+        estimate_input_tokens=estimate_input_tokens,
     )
     if run.guard.outcome is not None:
         return run.guard.outcome
@@ -594,6 +614,7 @@ def run_guarded_streamed(
     on_pause: OnPause | None = None,
     who: str | None = None,
     prices: Mapping[str, Price] | None = None,
+    estimate_input_tokens: InputEstimator | None = None,
     context: Any = None,
     max_turns: int | None = _MISSING,
     hooks: RunHooks[Any] | None = None,
@@ -629,6 +650,7 @@ def run_guarded_streamed(
         on_refusal=on_refusal,
         release=release_tool_choice,
         prices=prices,
+        estimate_input_tokens=estimate_input_tokens,
     )
     if run.guard.outcome is not None:
         return GuardedStream(
