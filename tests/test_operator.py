@@ -20,6 +20,7 @@ from agents_loopguard import (
     Reason,
     StateError,
     Status,
+    Verdict,
     create_runner,
 )
 from agents_loopguard.approvals import pause_digest
@@ -83,15 +84,16 @@ def lost_payment(store: Store, task_id: str = "t-pay") -> None:
 
 
 def searched(store: Store, task_id: str = "t-search", steps: int = 3) -> None:
-    revision = iter(range(1, 100))
-    run = create_runner(
-        budget=Budget(model_turns=10, tool_executions=10, cost=2.0),
-        store=store,
-        task_id=task_id,
-        execute=lambda call: {"status": "ok", "hits": ["doc"]},
-        verify=lambda call, result: {"revision": next(revision), "done": False, "effect": "none"},
-    )
-    run([{"tool": "search", "kind": "read", "args": {"q": f"query {i}"}} for i in range(steps)])
+    # the engine alone (a cost limit is metered by an adapter's model requests; this task makes none)
+    guard = Guard(budget=Budget(model_turns=10, tool_executions=10, cost=2.0), store=store, task_id=task_id)
+    for i in range(steps):
+        guard.begin_turn()
+        ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": f"query {i}"}})
+        assert not isinstance(ticket, Verdict)
+        guard.settle(
+            ticket, {"status": "ok", "hits": ["doc"]}, evidence={"revision": i + 1, "done": False, "effect": "none"}
+        )
+    guard.end(Verdict(Status.PARTIAL, Reason.PLAN_EXHAUSTED, "no proposal left and the task is not done"))
 
 
 def paused(store: Store, task_id: str = "t-pause", pause_id: str = "p-1", digest: str | None = None) -> None:
