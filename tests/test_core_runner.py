@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status, create_runner
-from tests.support.scenarios import OK, REASONS, Boom, Scenario, _fakes, both, ev, read, scenarios, write
+from tests.support.scenarios import OK, REASONS, Boom, Scenario, both, ev, library_runner, read, scenarios, write
 
 
 def test_article_demo_two_identical_writes_execute_once() -> None:
@@ -178,15 +178,7 @@ class RecordingStore(MemoryStore):
 @given(scenarios, st.integers(1, 3))
 def test_invariants_hold_for_any_input(sc: Scenario, rounds: int) -> None:
     store = RecordingStore()
-    now, execute, verify, executed = _fakes(sc)
-    run = create_runner(
-        budget=Budget(model_turns=sc.max_models, tool_executions=sc.max_tools, deadline=sc.deadline),
-        store=store,
-        now=now,
-        execute=execute,
-        verify=verify,
-        initial_revision=sc.initial_revision,
-    )
+    run, executed = library_runner(sc, store)
     outcomes = [run(sc.proposals) for _ in range(rounds)]
     assert all(o is outcomes[0] for o in outcomes)
     snap = store.task(run.guard.task_id)

@@ -25,7 +25,7 @@ from agents_loopguard.store import (
     StoreError,
     TraceEntry,
 )
-from tests.support.scenarios import REASONS, Observed, Scenario, _fakes, ev, read, write
+from tests.support.scenarios import REASONS, Observed, Scenario, ev, library_runner, read, write
 from tests.support.scenarios import scenarios as core_scenarios
 
 pytestmark = pytest.mark.timeout(60)
@@ -701,16 +701,7 @@ def test_a_second_store_on_the_same_database_sees_the_same_state(store_factory: 
 
 def run_on(store: Store, sc: Scenario, task_id: str, rounds: int = 1) -> tuple[Observed, list[TraceEntry], Any]:
     """Run a core scenario with ``store`` as the ledger; what it returned, its trace and its task."""
-    now, execute, verify, executed = _fakes(sc)
-    run = create_runner(
-        budget=Budget(model_turns=sc.max_models, tool_executions=sc.max_tools, deadline=sc.deadline),
-        store=store,
-        now=now,
-        execute=execute,
-        verify=verify,
-        initial_revision=sc.initial_revision,
-        task_id=task_id,
-    )
+    run, executed = library_runner(sc, store, task_id)
     for _ in range(rounds):
         out = run(sc.proposals)
     observed = Observed(

@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget, MemoryStore, create_runner
+from agents_loopguard.store import Store
 from tests import prototype
 
 
@@ -92,9 +93,9 @@ def run_prototype(sc: Scenario, rounds: int = 1) -> Observed:
     )
 
 
-def run_library(sc: Scenario, rounds: int = 1) -> Observed:
+def library_runner(sc: Scenario, store: Store, task_id: str | None = None) -> tuple[Any, list[Any]]:
+    """The library's runner for scenario ``sc`` on ``store``, and the list its executions are appended to."""
     now, execute, verify, executed = _fakes(sc)
-    store = MemoryStore()
     run = create_runner(
         budget=Budget(model_turns=sc.max_models, tool_executions=sc.max_tools, deadline=sc.deadline),
         store=store,
@@ -102,7 +103,14 @@ def run_library(sc: Scenario, rounds: int = 1) -> Observed:
         execute=execute,
         verify=verify,
         initial_revision=sc.initial_revision,
+        task_id=task_id,
     )
+    return run, executed
+
+
+def run_library(sc: Scenario, rounds: int = 1) -> Observed:
+    store = MemoryStore()
+    run, executed = library_runner(sc, store)
     first = None
     for _ in range(rounds):
         out = run(sc.proposals)
