@@ -32,17 +32,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import openai  # noqa: E402
-from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
-from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
-from paired import Ratio, goal_cell, paired, pg_schema, run_paired_async, table  # noqa: E402
+import openai
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
+from paired import Ratio, goal_cell, paired, pg_schema, run_paired_async, table
 
-from agents_loopguard import Budget, MemoryStore, Store  # noqa: E402
-from agents_loopguard.function_calling import GuardedTool, run_chat_completions  # noqa: E402
-from agents_loopguard.sdk import guarded_tool, run_guarded  # noqa: E402
-from agents_loopguard.store.sql import SQLStore  # noqa: E402
-from tests.support import scripted_openai  # noqa: E402
-from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call  # noqa: E402
+from agents_loopguard import Budget, MemoryStore, Store
+from agents_loopguard.function_calling import GuardedTool, run_chat_completions
+from agents_loopguard.sdk import guarded_tool, run_guarded
+from agents_loopguard.store.sql import SQLStore
+from tests.support import scripted_openai
+from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call
 
 # The scripted server writes a response's headers and body in two sends; with Nagle's algorithm on, the body waits
 # for the client's delayed ACK (40 ms on Linux), which would hide the guard's cost under a fixed sleep per turn.

@@ -4,13 +4,17 @@ On SQLite each step that writes is one ``BEGIN IMMEDIATE`` transaction (the data
 so two processes never deadlock upgrading a read lock); the file is in WAL mode with a busy timeout, so concurrent
 processes wait instead of failing. On PostgreSQL a hot step is *one* statement run in autocommit at ``REPEATABLE
 READ``; a step that lost a race to a concurrent one fails with a serialization error and is retried from a fresh
-snapshot, so every step behaves as if the steps ran one at a time.
+snapshot, so every step behaves as if the steps ran one at a time. Workers that keep racing on one task queue
+instead of retrying: after a step on a task lost a race, that process's steps on the task take a per-task advisory
+lock for a while (:data:`_PG_QUEUE_SECONDS`), so they run one after another; the lock only orders them, the
+statements' own re-checks at REPEATABLE READ still decide (a worker that does not queue is still exact).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import random
 import select
@@ -63,6 +67,13 @@ SQLITE_SYNCHRONOUS = ("WRITES", "FULL", "EXTRA", "NORMAL")
 * NORMAL: no commit waits for the disk; a power loss may lose the last commits, a write's reservation included."""
 _PG_RETRIES = 200
 """Attempts of one PostgreSQL step that keeps losing races (serialization failure, deadlock) before giving up."""
+_PG_QUEUE_SECONDS = 1.0
+"""After a step on a task lost a race (or found the task's lock held), this process's steps on that task queue on
+the task's advisory lock for this long; an uncontended task is one statement per step again after it."""
+
+_QUEUE = """SELECT CASE WHEN pg_try_advisory_lock(%(k)s) THEN true
+  ELSE (SELECT false FROM pg_advisory_lock(%(k)s)) END AS free"""
+"""Take a task's advisory lock in one round trip, waiting for it when held; ``free``: it was not held."""
 
 T = TypeVar("T")
 
@@ -217,6 +228,11 @@ class Database:
         self._local = threading.local()
         self._connections: list[Connection] = []
         self._connections_lock = threading.Lock()
+        self.lost_races = 0
+        """Steps of this process run again because they lost a race (PostgreSQL serialization failures, deadlocks,
+        unclassifiable outcomes): what the contention benchmark counts."""
+        self._contended: dict[int, float] = {}
+        """PostgreSQL: advisory lock key of a task -> until when this process's steps on it queue on its lock."""
 
     def _prepare_file(self, path: Path) -> None:
         """A store that may create gets the file's folder; one that may not needs the file (nothing is created)."""
@@ -247,40 +263,45 @@ class Database:
         """A read: its statements run as they are, without a transaction."""
         return self.run(work, transaction=False)
 
-    def write(self, work: Callable[[Any], T], *, durable: bool = False) -> T:
-        """A write step of several statements: one transaction on every backend."""
+    def write(self, work: Callable[[Any], T], *, durable: bool = False, task: str | None = None) -> T:
+        """A write step of several statements: one transaction on every backend (``task``: see :meth:`step`)."""
         self._writable()
-        return self.run(work, transaction=True, durable=durable)
+        return self.run(work, transaction=True, durable=durable, task=task)
 
-    def step(self, work: Callable[[Any], T], *, durable: bool = False) -> T:
+    def step(self, work: Callable[[Any], T], *, durable: bool = False, task: str | None = None) -> T:
         """A write step that is one statement on PostgreSQL (autocommit), a transaction on SQLite.
 
         ``durable``: the step protects a write or records a decision (a write's ``unknown`` reservation, the ledger,
         the stop mark, an outcome, a pause, a transition): with SQLite's default ``synchronous=WRITES`` its commit is
         fsynced (which makes every earlier commit durable too); the other steps commit without waiting for the disk.
+        ``task``: the task the step changes (PostgreSQL: its steps queue on the task's lock after a lost race).
         """
         self._writable()
         if self.postgres:
-            return self.run(work, transaction=False)
+            return self.run(work, transaction=False, task=task)
         return self.run(work, transaction=True, durable=durable)
 
     def _writable(self) -> None:
         if self.readonly:
             raise StoreError(f"{self.name} is open read-only: open it without readonly=True to change it")
 
-    def run(self, work: Callable[[Any], T], *, transaction: bool, durable: bool = False) -> T:
+    def run(self, work: Callable[[Any], T], *, transaction: bool, durable: bool = False, task: str | None = None) -> T:
         """Run ``work(cursor)`` as one atomic step: in a transaction (``BEGIN IMMEDIATE`` on SQLite), or as the
-        single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race, and
-        (SQLite) waits for the write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database
-        fault is a :class:`~agents_loopguard.errors.StoreError` (the step rolled back)."""
+        single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race (on
+        PostgreSQL queued on ``task``'s advisory lock, see :data:`_PG_QUEUE_SECONDS`), and (SQLite) waits for the
+        write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database fault is a
+        :class:`~agents_loopguard.errors.StoreError` (the step rolled back)."""
         busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        key = _lock_key(task) if self.postgres and task is not None else None
         attempt = 0
         while True:
             attempt += 1
             cur = self.cursor()
-            began = False
+            began = locked = False
             fsync = durable and transaction and self._fsync_some
             try:
+                if key is not None and self._contended.get(key, 0.0) > time.monotonic():
+                    locked = self._queue(cur, key)
                 if fsync:
                     cur.execute("PRAGMA synchronous = FULL")  # this commit waits for the disk, and so all before it
                 if transaction:
@@ -311,9 +332,37 @@ class Database:
                 if fsync:
                     with contextlib.suppress(self._dbapi_error):
                         cur.execute("PRAGMA synchronous = NORMAL")
-            if attempt >= _PG_RETRIES:
-                raise StoreError(f"{self.name}: a step kept losing races to concurrent workers ({attempt} attempts)")
-            time.sleep(min(0.05, 0.0005 * attempt) * random.random())
+                if locked:
+                    self._unqueue(cur, key)
+            self._lost_race(attempt, key)
+
+    def _lost_race(self, attempt: int, key: int | None) -> None:
+        """Before the step runs again: queue on the task from now on (the retry waits for the task's lock instead of
+        sleeping at random), or back off a little more at each attempt."""
+        self.lost_races += 1
+        if attempt >= _PG_RETRIES:
+            raise StoreError(f"{self.name}: a step kept losing races to concurrent workers ({attempt} attempts)")
+        if key is not None:
+            self._contended[key] = time.monotonic() + _PG_QUEUE_SECONDS
+            if attempt <= 2:
+                return
+        time.sleep(min(0.05, 0.0005 * attempt) * random.random())
+
+    def _queue(self, cur: Any, key: int) -> bool:
+        """Take ``key``'s advisory lock (a session lock, outside the step's own transaction, so the step's snapshot
+        is taken after the lock is held); a lock found held keeps this process queueing on the task."""
+        cur.execute(_QUEUE, {"k": key})
+        row = cur.fetchone()
+        if not (row and row["free"]):
+            self._contended[key] = time.monotonic() + _PG_QUEUE_SECONDS
+        return True
+
+    def _unqueue(self, cur: Any, key: int | None) -> None:
+        if cur.connection.closed:
+            return  # the session, and its lock, are gone
+        with contextlib.suppress(self._dbapi_error):
+            cur.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": key})
+            cur.fetchall()
 
     def _busy(self, exc: BaseException, began: bool) -> bool:
         """SQLite: the write lock (or a read of a file being checkpointed) was not free; nothing was changed."""
@@ -431,6 +480,11 @@ class Database:
     def _begin_when_free(self, conn: Connection) -> None:
         """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
         self._when_free(lambda: conn.exec_driver_sql(self._begin))
+
+
+def _lock_key(task: str) -> int:
+    """A task's PostgreSQL advisory lock key (a signed 64-bit hash; a collision only makes two tasks queue)."""
+    return int.from_bytes(hashlib.blake2b(f"loopguard:{task}".encode(), digest_size=8).digest(), "big", signed=True)
 
 
 def _wal(dbapi_connection: Any) -> None:

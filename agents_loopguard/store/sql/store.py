@@ -154,7 +154,7 @@ class SQLStore(Store):
 
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
         params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now}
-        task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params))
+        task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params), task=task_id)
         return ensured(task, budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
@@ -166,7 +166,7 @@ class SQLStore(Store):
 
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
         params = {"task_id": task_id, "now": now}
-        return self._db.step(lambda cur: self._steps.reserve_turn(cur, params))
+        return self._db.step(lambda cur: self._steps.reserve_turn(cur, params), task=task_id)
 
     def reserve_execution(
         self,
@@ -187,7 +187,7 @@ class SQLStore(Store):
             "max_wait": max_wait if poll else None,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll))
+        return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll), task=task_id)
 
     def reserve_write(
         self,
@@ -210,20 +210,20 @@ class SQLStore(Store):
             "now": now,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True)
+        return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True, task=task_id)
 
     def reserve_cost(self, task_id: str, amount: float) -> Grant:
         params = {"task_id": task_id, "amount": amount}
-        return self._db.write(lambda cur: self._steps.reserve_cost(cur, params))
+        return self._db.write(lambda cur: self._steps.reserve_cost(cur, params), task=task_id)
 
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         params = {"task_id": task_id, "reserved": reserved, "actual": actual}
-        return self._db.step(lambda cur: self._steps.settle_cost(cur, params))
+        return self._db.step(lambda cur: self._steps.settle_cost(cur, params), task=task_id)
 
     def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
         check_tokens(input_tokens, output_tokens)
         params = {"task_id": task_id, "in": input_tokens, "out": output_tokens}
-        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params))
+        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params), task=task_id)
 
     def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
         (reserved_in, reserved_out), (actual_in, actual_out) = check_tokens(*reserved), check_tokens(*actual)
@@ -234,7 +234,7 @@ class SQLStore(Store):
             "actual_in": actual_in,
             "actual_out": actual_out,
         }
-        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params))
+        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params), task=task_id)
 
     # --- the operation ledger -----------------------------------------------------------------------------------------
 
@@ -308,11 +308,11 @@ class SQLStore(Store):
             op_id, op_state, op_result = operation
             params.update(op_id=op_id, op_state=str(OperationState(op_state)), op_result=dumps(op_result))
         params["keys"] = list(dict.fromkeys(seen))
-        return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen))
+        return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen), task=task_id)
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         params = trace_params(task_id, entry)
-        self._db.step(lambda cur: self._steps.append_trace(cur, params))
+        self._db.step(lambda cur: self._steps.append_trace(cur, params), task=task_id)
 
     def trace(self, task_id: str) -> list[TraceEntry]:
         def work(cur: Any) -> list[Any]:
@@ -335,7 +335,7 @@ class SQLStore(Store):
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
         status = str(record.get("status", "stopped"))
         params = {"task_id": task_id, "outcome": dumps(record), "status": status, "now": now}
-        return self._db.step(lambda cur: self._steps.finish(cur, params), durable=True)
+        return self._db.step(lambda cur: self._steps.finish(cur, params), durable=True, task=task_id)
 
     # --- workflow re-entry --------------------------------------------------------------------------------------------
 
