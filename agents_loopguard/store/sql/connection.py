@@ -231,6 +231,10 @@ class Database:
         self.lost_races = 0
         """Steps of this process run again because they lost a race (PostgreSQL serialization failures, deadlocks,
         unclassifiable outcomes): what the contention benchmark counts."""
+        self._deferred: tuple[int, list[Callable[[Any], None]]] = (os.getpid(), [])
+        """SQLite: statements of this process that need no transaction of their own (trace rows), run at the start
+        of the next write step's transaction (see :meth:`defer`)."""
+        self._deferred_lock = threading.Lock()
         self._contended: dict[int, float] = {}
         """PostgreSQL: advisory lock key of a task -> until when this process's steps on it queue on its lock."""
 
@@ -258,6 +262,43 @@ class Database:
         self.engine.dispose()
 
     # --- steps ------------------------------------------------------------------------------------------------------
+
+    def defer(self, work: Callable[[Any], None]) -> None:
+        """SQLite: run ``work(cursor)`` in the next write step's transaction, before that step's own statements,
+        instead of in a transaction of its own (it commits with that step: fsynced if that step is durable). For what
+        a power loss may lose anyway (a trace row under ``synchronous=WRITES`` or ``NORMAL``); reads of this store
+        run it first (:meth:`flush`), so this process sees it at once, other processes from the next step on."""
+        self._writable()
+        with self._deferred_lock:
+            pid, pending = self._deferred
+            if pid != os.getpid():  # a forked child: the parent's pending work is the parent's
+                self._deferred = pid, pending = os.getpid(), []
+            pending.append(work)
+
+    def flush(self) -> None:
+        """Run the deferred work now, in a transaction of its own (nothing to do when none is pending)."""
+        if self._pending():
+            self.run(lambda cur: None, transaction=True)
+
+    def _pending(self) -> list[Callable[[Any], None]]:
+        pid, pending = self._deferred
+        return pending if pid == os.getpid() else []
+
+    def _run_deferred(self, cur: Any) -> int:
+        """Run the pending deferred work in this transaction; how many (removed once the transaction commits)."""
+        if not self._deferred[1]:
+            return 0
+        with self._deferred_lock:
+            batch = list(self._pending())
+        for work in batch:
+            work(cur)
+        return len(batch)
+
+    def _deferred_done(self, count: int) -> None:
+        if not count:
+            return
+        with self._deferred_lock:
+            del self._pending()[:count]
 
     def read(self, work: Callable[[Any], T]) -> T:
         """A read: its statements run as they are, without a transaction."""
@@ -307,9 +348,11 @@ class Database:
                 if transaction:
                     cur.execute(self._begin)
                     began = True
+                deferred = self._run_deferred(cur) if began else 0
                 result = work(cur)
                 if began:
                     cur.execute("COMMIT")
+                    self._deferred_done(deferred)
                 return result
             except Rollback as stop:
                 self._abort(cur, began)

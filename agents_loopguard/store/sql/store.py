@@ -138,8 +138,13 @@ class SQLStore(Store):
         return self._db.cursor()
 
     def close(self) -> None:
-        """Close the store's connections. The store reconnects if used again."""
-        self._db.close()
+        """Write what is deferred (SQLite trace rows), then close the store's connections. The store reconnects if
+        used again."""
+        try:
+            if not self._db.readonly:
+                self._db.flush()
+        finally:
+            self._db.close()
 
     def __enter__(self) -> SQLStore:
         return self
@@ -158,10 +163,12 @@ class SQLStore(Store):
         return ensured(task, budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
+        self._db.flush()
         row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
         return snapshot(row) if row is not None else None
 
     def tasks(self) -> list[TaskSnapshot]:
+        self._db.flush()
         return [snapshot(row) for row in self._db.read(lambda cur: fetch_all(cur, self._st.tasks))]
 
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
@@ -311,8 +318,14 @@ class SQLStore(Store):
         return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen), task=task_id)
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
+        """On SQLite the entry is written with the next write step (its own transaction would cost a commit per
+        model turn); on PostgreSQL it is one statement."""
         params = trace_params(task_id, entry)
-        self._db.step(lambda cur: self._steps.append_trace(cur, params), task=task_id)
+        if self._db.postgres:
+            self._db.step(lambda cur: self._steps.append_trace(cur, params), task=task_id)
+            return
+        self._db.read(lambda cur: self._steps.get_task(cur, task_id))  # an unknown task is refused now
+        self._db.defer(lambda cur: self._steps.append_trace(cur, params))
 
     def trace(self, task_id: str) -> list[TraceEntry]:
         def work(cur: Any) -> list[Any]:
@@ -321,6 +334,7 @@ class SQLStore(Store):
                 self._steps.get_task(cur, task_id)
             return rows
 
+        self._db.flush()
         return [trace_entry(row) for row in self._db.read(work)]
 
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""What one guarded turn costs the database, pinned: transactions on SQLite, round trips on PostgreSQL; and the two
+ways the store saves them: trace rows written with the next step (SQLite), workers queued on a contended task
+(PostgreSQL)."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from agents_loopguard import Budget, Guard, Ticket
+from agents_loopguard.store import SQLStore, StoreError
+from agents_loopguard.store.base import TraceEntry
+from agents_loopguard.store.sql.connection import _lock_key
+from tests.conftest import libpq_url
+
+pytestmark = pytest.mark.timeout(60)
+
+BIG = Budget(model_turns=100, tool_executions=100)
+
+
+def sent(store: SQLStore, call: Any) -> list[str]:
+    """SQLite: the statements the store's connection ran during ``call``; PostgreSQL: the protocol messages it sent."""
+    dbapi = store._cursor().connection
+    if store.backend == "sqlite":
+        seen: list[str] = []
+        dbapi.set_trace_callback(seen.append)
+        try:
+            call()
+        finally:
+            dbapi.set_trace_callback(None)
+        return seen
+    with tempfile.TemporaryFile("w+") as trace:
+        dbapi.pgconn.trace(trace.fileno())
+        try:
+            call()
+        finally:
+            dbapi.pgconn.untrace()
+        trace.seek(0)
+        return [line.rstrip("\n").split("\t")[3] for line in trace if "\tF\t" in line]
+
+
+def turn(guard: Guard, i: int) -> None:
+    """One agent turn: reserve the model turn, trace its answer, reserve the tool call, record its result."""
+    assert guard.begin_turn() is None
+    guard.record_model_answer("answered")
+    ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": i}})
+    assert isinstance(ticket, Ticket)
+    verify = lambda c, r: {"revision": i, "done": False, "effect": "none"}  # noqa: E731
+    assert guard.settle(ticket, {"status": "ok"}, verify) is None
+
+
+def test_a_full_turn_is_three_transactions_on_sqlite_and_four_round_trips_on_postgresql(sql_url: str) -> None:
+    with SQLStore(sql_url) as store:
+        guard = Guard(budget=BIG, store=store, task_id="t")
+        turn(guard, 1)  # warm: connection, schema
+        messages = sent(store, lambda: turn(guard, 2))
+        if store.backend == "sqlite":
+            # the model's answer is written in the tool reservation's transaction: no transaction of its own
+            assert messages.count("BEGIN IMMEDIATE") == 3 and messages.count("COMMIT") == 3, messages
+        else:
+            assert messages.count("Sync") + messages.count("Query") == 4, messages  # one statement per step
+        kinds = [(e.kind, e.result_class) for e in store.trace("t")]
+        assert kinds == [("model", "reserved"), ("model", "answered"), ("tool", "ok")] * 2
+
+
+def test_a_deferred_trace_row_is_read_at_once_here_and_elsewhere_after_the_next_step(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'lg.db'}"
+    with SQLStore(url) as store, SQLStore(url) as other:
+        store.ensure_task("t", BIG)
+        store.reserve_turn("t", now=1)
+        store.append_trace("t", TraceEntry(kind="model", result_class="answered", at=2))
+        assert [e.seq for e in other.trace("t")] == [1], "not written yet: no transaction of its own"
+        store.reserve_execution("t", "fp", max_repeats=9, now=3)  # written with this step
+        assert [(e.seq, e.result_class) for e in other.trace("t")] == [(1, "reserved"), (2, "answered")]
+        store.append_trace("t", TraceEntry(kind="tool", result_class="refused:same_call", at=4))
+        assert [e.seq for e in store.trace("t")] == [1, 2, 3], "this store reads its own trace rows at once"
+        assert [e.seq for e in other.trace("t")] == [1, 2, 3]
+        with pytest.raises(StoreError):
+            store.append_trace("missing", TraceEntry(kind="model"))  # an unknown task is refused at once
+        store.append_trace("t", TraceEntry(kind="model", result_class="answered", at=5))
+        store.close()  # closing writes what is deferred
+        assert [e.seq for e in other.trace("t")] == [1, 2, 3, 4]
+
+
+def test_a_refused_step_keeps_the_deferred_row_for_the_next_one(tmp_path: Path) -> None:
+    with SQLStore(f"sqlite:///{tmp_path / 'lg.db'}") as store:
+        store.ensure_task("t", Budget(model_turns=1, tool_executions=1))
+        store.reserve_turn("t", now=1)
+        store.append_trace("t", TraceEntry(kind="model", result_class="answered", at=2))
+        assert not store.reserve_turn("t", now=3).granted  # rolled back, and the deferred row with it
+        assert store.finish("t", {"status": "stopped"}, now=4) == {"status": "stopped"}
+        with SQLStore(f"sqlite:///{tmp_path / 'lg.db'}", readonly=True) as reader:
+            assert [(e.seq, e.result_class) for e in reader.trace("t")] == [(1, "reserved"), (2, "answered")]
+
+
+@pytest.mark.postgres
+def test_a_task_that_lost_a_race_queues_its_steps_on_the_tasks_lock(pg_schema_url: str) -> None:
+    with SQLStore(pg_schema_url) as store:
+        store.ensure_task("t", BIG)
+        key = _lock_key("t")
+        uncontended = sent(store, lambda: store.reserve_turn("t"))
+        assert uncontended.count("Sync") + uncontended.count("Query") == 1
+        store._db._contended[key] = time.monotonic() + 60  # as after a lost race
+        queued = sent(store, lambda: store.reserve_turn("t"))
+        assert queued.count("Sync") + queued.count("Query") == 3, queued  # lock, the step, unlock
+        held = store._cursor().execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        )
+        assert held.fetchone()["n"] == 0, "the lock is released after the step"
+
+        # another session holds the task's lock: the step waits for it, then runs
+        with psycopg.connect(libpq_url(pg_schema_url), autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", [key])
+            done = threading.Event()
+            worker = threading.Thread(target=lambda: (store.reserve_turn("t"), done.set()))
+            worker.start()
+            worker.join(0.3)
+            assert not done.is_set(), "a queued step waits for the task's lock"
+            holder.execute("SELECT pg_advisory_unlock(%s)", [key])
+            worker.join(10)
+            assert done.is_set()
+        assert store.task("t") is not None and store.task("t").used.models == 3  # type: ignore[union-attr]
