@@ -1,13 +1,11 @@
-"""What one guarded turn costs the database, pinned: transactions on SQLite, round trips on PostgreSQL; and the two
-ways the store saves them: trace rows written with the next step (SQLite), workers queued on a contended task
-(PostgreSQL)."""
+"""What one guarded turn costs the database, pinned: transactions on SQLite, round trips on PostgreSQL; and how the
+store saves them: trace rows written with the next step, workers queued on a contended task (PostgreSQL)."""
 
 from __future__ import annotations
 
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -55,7 +53,7 @@ def turn(guard: Guard, i: int) -> None:
     assert guard.settle(ticket, {"status": "ok"}, verify) is None
 
 
-def test_a_full_turn_is_three_transactions_on_sqlite_and_four_round_trips_on_postgresql(sql_url: str) -> None:
+def test_a_full_turn_is_three_transactions_on_sqlite_and_three_round_trips_on_postgresql(sql_url: str) -> None:
     with SQLStore(sql_url) as store:
         guard = Guard(budget=BIG, store=store, task_id="t")
         turn(guard, 1)  # warm: connection, schema
@@ -64,13 +62,14 @@ def test_a_full_turn_is_three_transactions_on_sqlite_and_four_round_trips_on_pos
             # the model's answer is written in the tool reservation's transaction: no transaction of its own
             assert messages.count("BEGIN IMMEDIATE") == 3 and messages.count("COMMIT") == 3, messages
         else:
-            assert messages.count("Sync") + messages.count("Query") == 4, messages  # one statement per step
+            # one statement per step, the answer's trace row pipelined with the tool reservation's
+            assert messages.count("Sync") + messages.count("Query") == 3, messages
         kinds = [(e.kind, e.result_class) for e in store.trace("t")]
         assert kinds == [("model", "reserved"), ("model", "answered"), ("tool", "ok")] * 2
 
 
-def test_a_deferred_trace_row_is_read_at_once_here_and_elsewhere_after_the_next_step(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'lg.db'}"
+def test_a_deferred_trace_row_is_read_at_once_here_and_elsewhere_after_the_next_step(sql_url: str) -> None:
+    url = sql_url
     with SQLStore(url) as store, SQLStore(url) as other:
         store.ensure_task("t", BIG)
         store.reserve_turn("t", now=1)
@@ -88,14 +87,14 @@ def test_a_deferred_trace_row_is_read_at_once_here_and_elsewhere_after_the_next_
         assert [e.seq for e in other.trace("t")] == [1, 2, 3, 4]
 
 
-def test_a_refused_step_keeps_the_deferred_row_for_the_next_one(tmp_path: Path) -> None:
-    with SQLStore(f"sqlite:///{tmp_path / 'lg.db'}") as store:
+def test_a_refused_step_keeps_the_deferred_row_for_the_next_one(sql_url: str) -> None:
+    with SQLStore(sql_url) as store:
         store.ensure_task("t", Budget(model_turns=1, tool_executions=1))
         store.reserve_turn("t", now=1)
         store.append_trace("t", TraceEntry(kind="model", result_class="answered", at=2))
         assert not store.reserve_turn("t", now=3).granted  # rolled back, and the deferred row with it
         assert store.finish("t", {"status": "stopped"}, now=4) == {"status": "stopped"}
-        with SQLStore(f"sqlite:///{tmp_path / 'lg.db'}", readonly=True) as reader:
+        with SQLStore(sql_url, readonly=True) as reader:
             assert [(e.seq, e.result_class) for e in reader.trace("t")] == [(1, "reserved"), (2, "answered")]
 
 

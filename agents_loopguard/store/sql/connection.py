@@ -232,8 +232,8 @@ class Database:
         """Steps of this process run again because they lost a race (PostgreSQL serialization failures, deadlocks,
         unclassifiable outcomes): what the contention benchmark counts."""
         self._deferred: tuple[int, list[Callable[[Any], None]]] = (os.getpid(), [])
-        """SQLite: statements of this process that need no transaction of their own (trace rows), run at the start
-        of the next write step's transaction (see :meth:`defer`)."""
+        """Statements of this process that need no transaction of their own (trace rows), run with the next write
+        step (see :meth:`defer`)."""
         self._deferred_lock = threading.Lock()
         self._contended: dict[int, float] = {}
         """PostgreSQL: advisory lock key of a task -> until when this process's steps on it queue on its lock."""
@@ -264,10 +264,12 @@ class Database:
     # --- steps ------------------------------------------------------------------------------------------------------
 
     def defer(self, work: Callable[[Any], None]) -> None:
-        """SQLite: run ``work(cursor)`` in the next write step's transaction, before that step's own statements,
-        instead of in a transaction of its own (it commits with that step: fsynced if that step is durable). For what
-        a power loss may lose anyway (a trace row under ``synchronous=WRITES`` or ``NORMAL``); reads of this store
-        run it first (:meth:`flush`), so this process sees it at once, other processes from the next step on."""
+        """Run ``work(cursor)`` with the next write step, before that step's own statements, instead of in a
+        transaction of its own: in that step's transaction (SQLite, and PostgreSQL's multi-statement steps), or
+        pipelined with a PostgreSQL single-statement step into one transaction and one round trip. It commits with
+        that step (fsynced if that step is durable; rolled back and kept for the next one if that step is refused).
+        For rows that record no decision (trace rows); reads of this store run it first (:meth:`flush`), so this
+        process sees it at once, other processes from the next step on."""
         self._writable()
         with self._deferred_lock:
             pid, pending = self._deferred
@@ -293,6 +295,25 @@ class Database:
         for work in batch:
             work(cur)
         return len(batch)
+
+    def _work(self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool) -> tuple[T, int]:
+        """``work(cur)`` with the deferred statements: first in the step's own transaction (then how many ran, done
+        once it commits), or (``carry``: a PostgreSQL single-statement write step) pipelined with the step's
+        statement into one implicit transaction, one round trip."""
+        if began:
+            deferred = self._run_deferred(cur)
+            return work(cur), deferred
+        if carry and self._pending():
+            with self._deferred_lock:
+                batch = list(self._pending())
+            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)))
+            try:
+                for deferred_work in batch:
+                    deferred_work(pipelined.side)
+                return work(pipelined), 0
+            finally:
+                pipelined.close()
+        return work(cur), 0
 
     def _deferred_done(self, count: int) -> None:
         if not count:
@@ -348,8 +369,7 @@ class Database:
                 if transaction:
                     cur.execute(self._begin)
                     began = True
-                deferred = self._run_deferred(cur) if began else 0
-                result = work(cur)
+                result, deferred = self._work(cur, work, began=began, carry=task is not None and not transaction)
                 if began:
                     cur.execute("COMMIT")
                     self._deferred_done(deferred)
@@ -523,6 +543,41 @@ class Database:
     def _begin_when_free(self, conn: Connection) -> None:
         """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
         self._when_free(lambda: conn.exec_driver_sql(self._begin))
+
+
+class _Pipelined:
+    """PostgreSQL: a cursor whose first statement is sent in one pipeline with the deferred ones before it (no Sync
+    between them: one implicit transaction at REPEATABLE READ, committed at the Sync its first fetch sends, one round
+    trip). ``committed`` is called once that transaction committed. Later statements run as usual."""
+
+    def __init__(self, cur: Any, committed: Callable[[], None]) -> None:
+        self._cur = cur
+        self._committed = committed
+        self._pipeline: Any = cur.connection.pipeline()
+        self._pipeline.__enter__()
+        self.side = cur.connection.cursor()
+        """The cursor the deferred statements run on (their results are not read)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        return self._cur.execute(sql, params)
+
+    def fetchall(self) -> Any:
+        self.close()
+        return self._cur.fetchall()
+
+    def fetchone(self) -> Any:
+        self.close()
+        return self._cur.fetchone()
+
+    def close(self) -> None:
+        """Send the Sync and read every result (raises what the transaction raised: then nothing committed)."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            pipeline.__exit__(None, None, None)
+            self._committed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
 
 
 def _lock_key(task: str) -> int:

@@ -107,6 +107,8 @@ class SQLStore(Store):
         postgres = self._db.postgres
         self._st = Statements(self._db.engine.dialect, pg.insert if postgres else lite.insert)
         self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
+        self._known: set[str] = set()
+        """Tasks this store created or found (tasks are never deleted): trace rows of theirs can be deferred."""
 
     @property
     def readonly(self) -> bool:
@@ -160,6 +162,7 @@ class SQLStore(Store):
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
         params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now}
         task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params), task=task_id)
+        self._known.add(task_id)
         return ensured(task, budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
@@ -318,14 +321,15 @@ class SQLStore(Store):
         return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen), task=task_id)
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
-        """On SQLite the entry is written with the next write step (its own transaction would cost a commit per
-        model turn); on PostgreSQL it is one statement."""
+        """The entry is written with the next write step of this store (its own transaction would cost a commit per
+        model turn): on SQLite in that step's transaction, on PostgreSQL in one pipeline with that step's statement.
+        The first entry of a task this store has not seen yet is a step of its own (an unknown task is refused)."""
         params = trace_params(task_id, entry)
-        if self._db.postgres:
+        if task_id not in self._known:  # its own step: an unknown task is refused now
             self._db.step(lambda cur: self._steps.append_trace(cur, params), task=task_id)
+            self._known.add(task_id)
             return
-        self._db.read(lambda cur: self._steps.get_task(cur, task_id))  # an unknown task is refused now
-        self._db.defer(lambda cur: self._steps.append_trace(cur, params))
+        self._db.defer(lambda cur: self._steps.deferred_trace(cur, params))
 
     def trace(self, task_id: str) -> list[TraceEntry]:
         def work(cur: Any) -> list[Any]:
