@@ -3,6 +3,7 @@ store saves them: trace rows written with the next step, workers queued on a con
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import threading
 import time
@@ -20,6 +21,21 @@ from tests.conftest import libpq_url
 pytestmark = pytest.mark.timeout(60)
 
 BIG = Budget(model_turns=100, tool_executions=100)
+
+
+def round_trips(store: SQLStore, call: Any) -> int:
+    """PostgreSQL: how many times the store's connection sent messages and then waited for the server's answer
+    during ``call`` (a pipeline of several statements and Syncs is one)."""
+    with tempfile.TemporaryFile("w+") as trace:
+        dbapi = store._cursor().connection
+        dbapi.pgconn.trace(trace.fileno())
+        try:
+            call()
+        finally:
+            dbapi.pgconn.untrace()
+        trace.seek(0)
+        directions = [line.split("\t")[1] for line in trace if line.count("\t") >= 3]
+    return sum(1 for a, b in itertools.pairwise(directions) if (a, b) == ("F", "B"))
 
 
 def sent(store: SQLStore, call: Any) -> list[str]:
@@ -66,6 +82,8 @@ def test_a_full_turn_is_three_transactions_on_sqlite_and_three_round_trips_on_po
             assert messages.count("Sync") + messages.count("Query") == 3, messages
         kinds = [(e.kind, e.result_class) for e in store.trace("t")]
         assert kinds == [("model", "reserved"), ("model", "answered"), ("tool", "ok")] * 2
+        if store.backend == "postgresql":
+            assert round_trips(store, lambda: turn(guard, 3)) == 3
 
 
 def test_a_deferred_trace_row_is_read_at_once_here_and_elsewhere_after_the_next_step(sql_url: str) -> None:
@@ -103,11 +121,11 @@ def test_a_task_that_lost_a_race_queues_its_steps_on_the_tasks_lock(pg_schema_ur
     with SQLStore(pg_schema_url) as store:
         store.ensure_task("t", BIG)
         key = _lock_key("t")
-        uncontended = sent(store, lambda: store.reserve_turn("t"))
-        assert uncontended.count("Sync") + uncontended.count("Query") == 1
+        assert round_trips(store, lambda: store.reserve_turn("t")) == 1
         store._db._contended[key] = time.monotonic() + 60  # as after a lost race
         queued = sent(store, lambda: store.reserve_turn("t"))
-        assert queued.count("Sync") + queued.count("Query") == 3, queued  # lock, the step, unlock
+        # lock | the step | unlock: three transactions, sent in one pipeline (all before any answer is awaited)
+        assert queued.count("Sync") == 3 and queued.index("Flush") > max(i for i, m in enumerate(queued) if m == "Sync")
         held = store._cursor().execute(
             "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
         )

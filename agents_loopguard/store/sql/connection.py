@@ -296,23 +296,27 @@ class Database:
             work(cur)
         return len(batch)
 
-    def _work(self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool) -> tuple[T, int]:
+    def _work(
+        self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool, queue: int | None
+    ) -> tuple[T, int]:
         """``work(cur)`` with the deferred statements: first in the step's own transaction (then how many ran, done
         once it commits), or (``carry``: a PostgreSQL single-statement write step) pipelined with the step's
-        statement into one implicit transaction, one round trip."""
+        statement into one implicit transaction, one round trip; ``queue``: the task lock to take first and release
+        after, in the same pipeline (see :class:`_Pipelined`)."""
         if began:
             deferred = self._run_deferred(cur)
             return work(cur), deferred
-        if carry and self._pending():
+        if carry and (queue is not None or self._pending()):
             with self._deferred_lock:
                 batch = list(self._pending())
-            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)))
+            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)), queue)
             try:
                 for deferred_work in batch:
                     deferred_work(pipelined.side)
                 return work(pipelined), 0
             finally:
-                pipelined.close()
+                if not pipelined.close() and queue is not None:
+                    self._contended[queue] = time.monotonic() + _PG_QUEUE_SECONDS  # the lock was held: keep queueing
         return work(cur), 0
 
     def _deferred_done(self, count: int) -> None:
@@ -362,14 +366,16 @@ class Database:
             began = locked = False
             fsync = durable and transaction and self._fsync_some
             try:
-                if key is not None and self._contended.get(key, 0.0) > time.monotonic():
-                    locked = self._queue(cur, key)
+                queue = key if key is not None and self._contended.get(key, 0.0) > time.monotonic() else None
+                carry = task is not None and not transaction
+                if queue is not None and not (carry and _pipeline_syncs()):
+                    locked, queue = self._queue(cur, queue), None
                 if fsync:
                     cur.execute("PRAGMA synchronous = FULL")  # this commit waits for the disk, and so all before it
                 if transaction:
                     cur.execute(self._begin)
                     began = True
-                result, deferred = self._work(cur, work, began=began, carry=task is not None and not transaction)
+                result, deferred = self._work(cur, work, began=began, carry=carry, queue=queue)
                 if began:
                     cur.execute("COMMIT")
                     self._deferred_done(deferred)
@@ -548,18 +554,41 @@ class Database:
 class _Pipelined:
     """PostgreSQL: a cursor whose first statement is sent in one pipeline with the deferred ones before it (no Sync
     between them: one implicit transaction at REPEATABLE READ, committed at the Sync its first fetch sends, one round
-    trip). ``committed`` is called once that transaction committed. Later statements run as usual."""
+    trip). ``committed`` is called once that transaction committed. Later statements run as usual.
 
-    def __init__(self, cur: Any, committed: Callable[[], None]) -> None:
+    ``queue``: a task's advisory lock, taken by a statement of its own before them (a Sync between: the step's
+    snapshot is taken once the lock is held) and released by one after them (another Sync: after the step's commit,
+    even when the step failed), all in the same round trip: the workers that queue on a task wait on the server,
+    and hold the lock for the step's execution and commit only."""
+
+    def __init__(self, cur: Any, committed: Callable[[], None], queue: int | None = None) -> None:
         self._cur = cur
         self._committed = committed
-        self._pipeline: Any = cur.connection.pipeline()
-        self._pipeline.__enter__()
-        self.side = cur.connection.cursor()
+        self._key = queue
+        conn = cur.connection
+        self._context: Any = conn.pipeline()
+        self._pipeline: Any = self._context.__enter__()
+        self._lock: Any = None
+        self._unlock: Any = None
+        if queue is not None:
+            from psycopg.rows import tuple_row
+
+            self._lock = conn.cursor(row_factory=tuple_row)
+            self._lock.execute(_QUEUE, {"k": queue})
+            self._pipeline._enqueue_sync()
+        self.side = conn.cursor()
         """The cursor the deferred statements run on (their results are not read)."""
 
     def execute(self, sql: Any, params: Any = None) -> Any:
-        return self._cur.execute(sql, params)
+        result = self._cur.execute(sql, params)
+        self._release()
+        return result
+
+    def _release(self) -> None:
+        if self._pipeline is not None and self._key is not None and self._unlock is None:
+            self._pipeline._enqueue_sync()  # the step's transaction ends here: the unlock runs after its commit
+            self._unlock = self._cur.connection.cursor()
+            self._unlock.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": self._key})
 
     def fetchall(self) -> Any:
         self.close()
@@ -569,15 +598,33 @@ class _Pipelined:
         self.close()
         return self._cur.fetchone()
 
-    def close(self) -> None:
-        """Send the Sync and read every result (raises what the transaction raised: then nothing committed)."""
+    def close(self) -> bool:
+        """Send the Sync and read every result (raises what the step raised: then its transaction did not commit).
+        True unless the task's lock was found held by another worker."""
         pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None:
-            pipeline.__exit__(None, None, None)
-            self._committed()
+        if pipeline is None:
+            return True
+        if self._key is not None and self._unlock is None:  # nothing was sent after the lock: release it anyway
+            self._pipeline = pipeline
+            self._release()
+            self._pipeline = None
+        self._context.__exit__(None, None, None)
+        self._committed()
+        row = self._lock.fetchone() if self._lock is not None else None
+        return row is None or bool(row[0])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cur, name)
+
+
+@functools.cache
+def _pipeline_syncs() -> bool:
+    """Whether this psycopg can end an implicit transaction inside a pipeline without waiting (to queue in one)."""
+    try:
+        from psycopg._pipeline_base import BasePipeline
+    except ImportError:  # pragma: no cover - psycopg >= 3.2 has it
+        return False
+    return hasattr(BasePipeline, "_enqueue_sync")
 
 
 def _lock_key(task: str) -> int:
