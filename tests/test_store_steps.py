@@ -143,3 +143,21 @@ def test_a_task_that_lost_a_race_queues_its_steps_on_the_tasks_lock(pg_schema_ur
             worker.join(10)
             assert done.is_set()
         assert store.task("t") is not None and store.task("t").used.models == 3  # type: ignore[union-attr]
+
+
+def test_a_process_that_exits_without_closing_its_store_writes_its_deferred_rows(sql_url: str) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from agents_loopguard import Budget\n"
+        "from agents_loopguard.store import SQLStore\n"
+        "from agents_loopguard.store.base import TraceEntry\n"
+        "store = SQLStore(sys.argv[1])\n"
+        "store.ensure_task('t', Budget(model_turns=9, tool_executions=9))\n"
+        "store.append_trace('t', TraceEntry(kind='model', result_class='answered'))\n"
+    )
+    subprocess.run([sys.executable, "-c", script, sql_url], check=True, timeout=60)
+    with SQLStore(sql_url, readonly=True) as reader:
+        assert [(e.seq, e.result_class) for e in reader.trace("t")] == [(1, "answered")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +59,13 @@ def _tool_limit(limit: tuple[str, int] | None) -> dict[str, Any]:
     return {"limit_tool": name, "tool_max": allowed}
 
 
+def _flush_quietly(db: Database) -> None:
+    """Write what a store left deferred when it is collected or the interpreter exits (best effort: trace rows)."""
+    with contextlib.suppress(Exception):
+        if not db.readonly:
+            db.flush()
+
+
 class SQLStore(Store):
     """A :class:`~agents_loopguard.store.base.Store` in a SQLite file or a PostgreSQL database, shared by workers.
 
@@ -107,6 +116,7 @@ class SQLStore(Store):
         postgres = self._db.postgres
         self._st = Statements(self._db.engine.dialect, pg.insert if postgres else lite.insert)
         self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
+        weakref.finalize(self, _flush_quietly, self._db)  # deferred trace rows are written at exit or collection
         self._known: set[str] = set()
         """Tasks this store created or found (tasks are never deleted): trace rows of theirs can be deferred."""
 
