@@ -1,39 +1,64 @@
-"""SDK adapter benchmark: ``run_guarded`` next to a plain ``Runner.run``, same agent, same scripted model.
+"""What the guard adds to a whole agent run: guarded / plain wall-clock ratio, same agent, same scripted model.
 
-Run: ``python benchmarks/bench_sdk.py`` (``--quick`` for a short run, ``--reps N`` to choose the repetitions).
+Run: ``python benchmarks/bench_sdk.py`` (``--quick`` for a short run, ``--pairs N`` to choose the pairs). With
+``LOOPGUARD_TEST_POSTGRES_URL`` (or ``LOOPGUARD_BENCH_POSTGRES_URL``) set, the PostgreSQL store is measured too, in
+a fresh schema dropped afterwards.
 
-Each scenario is an agent that makes N tool calls, one per model turn (each call makes verified progress, so the
-guard lets all of them run), then answers: N = 10 and N = 100. Each store is measured against its own plain runs,
-the two interleaved in one process (alternating who goes first); each figure is the median of the repetitions, and
-the ratio guarded / plain is what to compare (absolute times vary on a noisy machine). Both wall-clock and CPU time
-are shown: wall is what a caller waits (SQLite's fsync included), CPU time is steadier when other processes compete
-for the cores. Stores: the in-process MemoryStore, and the SQLStore on a SQLite file (the default
-``synchronous=WRITES``: fsync only for the commits that protect writes and decisions; ``FULL``; ``NORMAL``).
+Two kinds of run, each an agent that makes K tool calls, one per model turn (each call makes verified progress, so
+the guard lets all of them run), then answers:
 
-Goals: ratio <= 1.05 with the memory store, <= 1.15 with SQLite.
+- ``sdk``: the OpenAI Agents SDK with ``agents.testing.ScriptedModel``: ``run_guarded`` against a plain
+  ``Runner.run``, K = 10 and K = 100;
+- ``raw loop``: the real ``openai`` client over HTTP against the scripted server of ``tests/support``:
+  ``agents_loopguard.function_calling.run_chat_completions`` against a hand-written Chat Completions loop, K = 10.
+
+Stores: the in-process MemoryStore, SQLStore on a SQLite file (the default ``synchronous=WRITES``: fsync only for
+the commits that protect writes and decisions) and on PostgreSQL. Each figure is the median, min and max of the
+ratios of interleaved pairs (guarded and plain back to back, who goes first alternating); see ``paired.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import statistics
+import json
+import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import openai
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
+from paired import Ratio, goal_cell, paired, pg_schema, run_paired_async, table
 
 from agents_loopguard import Budget, MemoryStore, Store
+from agents_loopguard.function_calling import GuardedTool, run_chat_completions
 from agents_loopguard.sdk import guarded_tool, run_guarded
+from agents_loopguard.store.sql import SQLStore
+from tests.support import scripted_openai
+from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call
 
-try:
-    from agents_loopguard.store.sql import SQLStore
-except ImportError:  # pragma: no cover - the SQL store ships with the package; keep the benchmark usable without it
-    SQLStore = None  # type: ignore[assignment,misc]
+# The scripted server writes a response's headers and body in two sends; with Nagle's algorithm on, the body waits
+# for the client's delayed ACK (40 ms on Linux), which would hide the guard's cost under a fixed sleep per turn.
+# TCP_NODELAY on the server's sockets (socketserver's own switch) answers each request at once.
+scripted_openai._Handler.disable_nagle_algorithm = True
+
+GOALS = {  # issue 13: (store, K) -> the ratio the guarded run may cost
+    ("sdk", "memory", 10): 1.03,
+    ("sdk", "memory", 100): 1.02,
+    ("sdk", "sqlite", 10): 1.10,
+    ("sdk", "sqlite", 100): 1.05,
+    ("sdk", "postgresql", 10): 1.35,
+    ("sdk", "postgresql", 100): 1.15,
+    ("raw loop", "memory", 10): 1.03,
+    ("raw loop", "sqlite", 10): 1.10,
+}
 
 
 def lookup(n: int) -> str:
@@ -41,7 +66,7 @@ def lookup(n: int) -> str:
     return f"record {n}: ok"
 
 
-def verify(args: dict[str, Any], output: Any) -> dict[str, Any]:
+def verify(args: Any, output: Any) -> dict[str, Any]:
     return {"revision": int(args["n"]), "done": False, "effect": "none"}
 
 
@@ -49,12 +74,15 @@ PLAIN = function_tool(lookup)
 GUARDED = guarded_tool(verify=verify)(lookup)
 
 
+# --- the Agents SDK ------------------------------------------------------------------------------------------------
+
+
 def model(turns: int) -> ScriptedModel:
     steps: list[Any] = [[function_call("lookup", {"n": i}, call_id=f"call_{i}")] for i in range(1, turns + 1)]
     return ScriptedModel([*steps, [assistant_message("done")]])
 
 
-def plain(turns: int) -> Callable[[], Awaitable[Any]]:
+def sdk_plain(turns: int) -> Callable[[], Awaitable[Any]]:
     async def go() -> Any:
         agent = Agent(name="bench", model=model(turns), tools=[PLAIN])
         result = await Runner.run(agent, "go", max_turns=turns + 2)
@@ -63,7 +91,7 @@ def plain(turns: int) -> Callable[[], Awaitable[Any]]:
     return go
 
 
-def guarded(turns: int, store: Store) -> Callable[[], Awaitable[Any]]:
+def sdk_guarded(turns: int, store: Store) -> Callable[[], Awaitable[Any]]:
     budget = Budget(model_turns=turns + 1, tool_executions=turns)
 
     async def go() -> Any:
@@ -82,64 +110,130 @@ def guarded(turns: int, store: Store) -> Callable[[], Awaitable[Any]]:
     return go
 
 
-async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
-    """Wall-clock and CPU seconds of one run (CPU time includes the SDK's worker threads of this process)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    await fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+# --- a raw Chat Completions loop -------------------------------------------------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+SPEC = {"type": "function", "function": {"name": "lookup", "description": "Look up record n.", "parameters": SCHEMA}}
+RAW_TOOL = GuardedTool("lookup", lookup, parameters=SCHEMA, verify=verify, description="Look up record n.")
+MESSAGES = [{"role": "user", "content": "go"}]
 
 
-async def bench(variants: dict[str, Callable[[], Awaitable[Any]]], reps: int) -> dict[str, tuple[float, float]]:
-    """Median (wall, cpu) seconds per variant, the variants interleaved and rotating who goes first."""
-    for fn in variants.values():  # warm up: imports, schema caches, SQL statements
-        await fn()
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
-    names = list(variants)
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            samples[name].append(await timed(variants[name]))
-    return {
-        name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
-        for name, values in samples.items()
-    }
+def script(server: ScriptedOpenAIServer, turns: int) -> None:
+    server.add(*(tool_call("lookup", {"n": i}, call_id=f"call_{i}") for i in range(1, turns + 1)), final_text("done"))
+
+
+def raw_plain(client: openai.OpenAI, server: ScriptedOpenAIServer, turns: int) -> Callable[[], None]:
+    """What an application writes without the guard: ask, run the tools called, feed the outputs back."""
+    create = client.with_options(max_retries=0).chat.completions.create
+
+    def go() -> None:
+        script(server, turns)
+        messages: list[Any] = list(MESSAGES)
+        calls = 0
+        for _ in range(turns + 2):
+            message = create(model="gpt-4o-mini", messages=messages, tools=[SPEC]).choices[0].message  # type: ignore[list-item]
+            if not message.tool_calls:
+                break
+            messages.append(message.model_dump(exclude_none=True))
+            for tc in message.tool_calls:
+                output = lookup(**json.loads(tc.function.arguments))  # type: ignore[union-attr]
+                calls += 1
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": output})
+        assert message.content == "done" and calls == turns
+
+    return go
+
+
+def raw_guarded(client: openai.OpenAI, server: ScriptedOpenAIServer, turns: int, store: Store) -> Callable[[], None]:
+    budget = Budget(model_turns=turns + 1, tool_executions=turns)
+
+    def go() -> None:
+        script(server, turns)
+        outcome = run_chat_completions(
+            client,
+            model="gpt-4o-mini",
+            messages=MESSAGES,
+            tools=[RAW_TOOL],
+            budget=budget,
+            store=store,
+            task_id=f"bench-{uuid.uuid4().hex}",
+            verify_output=lambda text: text == "done",
+        )
+        assert outcome.done and outcome.used.tools == turns, outcome
+
+    return go
+
+
+# --- the run ----------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def stores(workdir: str, with_pg: bool = True) -> Iterator[dict[str, Store]]:
+    with ExitStack() as stack:
+        found: dict[str, Store] = {"memory": MemoryStore()}
+        found["sqlite"] = stack.enter_context(SQLStore(f"sqlite:///{workdir}/writes.db"))  # default: WRITES
+        pg = stack.enter_context(pg_schema()) if with_pg else None
+        if pg is not None:
+            found["postgresql"] = stack.enter_context(SQLStore(pg[0]))
+        yield found
+
+
+def measure(pairs: int, long_pairs: int, *, only: set[str] | None = None) -> list[tuple[str, str, int, Ratio]]:
+    set_tracing_disabled(True)
+    workdir = tempfile.mkdtemp(prefix="bench-sdk-")
+    figures: list[tuple[str, str, int, Ratio]] = []
+    with stores(workdir) as found, ScriptedOpenAIServer() as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="bench")
+        for turns in (10, 100):
+            for name, store in found.items():
+                if only and name not in only:
+                    continue
+                n = pairs if turns == 10 else long_pairs
+                ratio = run_paired_async(sdk_guarded(turns, store), sdk_plain(turns), n)
+                figures.append(("sdk", name, turns, ratio))
+                print(f"  sdk K={turns} {name}: {ratio}", file=sys.stderr, flush=True)
+        for name, store in found.items():
+            if only and name not in only:
+                continue
+            ratio = paired(raw_guarded(client, server, 10, store), raw_plain(client, server, 10), pairs)
+            figures.append(("raw loop", name, 10, ratio))
+            print(f"  raw loop K=10 {name}: {ratio}", file=sys.stderr, flush=True)
+        client.close()
+    return figures
+
+
+def render(figures: list[tuple[str, str, int, Ratio]]) -> str:
+    rows = []
+    for run, name, turns, r in figures:
+        goal = GOALS.get((run, name, turns))
+        added = (r.case_s - r.reference_s) * 1000 / turns
+        rows.append(
+            [
+                run,
+                name,
+                turns,
+                f"{r.reference_s * 1000:.1f}",
+                f"{r.case_s * 1000:.1f}",
+                f"{added:+.3f}",
+                f"{r.median:.3f}",
+                f"{r.low:.2f}-{r.high:.2f}",
+                r.pairs,
+                goal_cell(r.median, goal) if goal is not None else "",
+            ]
+        )
+    headers = ["run", "store", "K", "plain ms", "guarded ms", "ms/turn", "ratio", "min-max", "pairs", "goal"]
+    return table(headers, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--reps", type=int, default=None, help="repetitions per variant (default 15, quick 5)")
+    parser.add_argument("--quick", action="store_true", help="fewer pairs")
+    parser.add_argument("--pairs", type=int, default=None, help="pairs per figure at K=10 (default 21, quick 7)")
+    parser.add_argument("--store", action="append", help="only this store (memory, sqlite, postgresql); repeatable")
     args = parser.parse_args()
-    set_tracing_disabled(True)
-    reps = args.reps or (5 if args.quick else 15)
-    workdir = tempfile.mkdtemp(prefix="bench-sdk-")
-    stores: dict[str, Store] = {"memory": MemoryStore()}
-    if SQLStore is not None:
-        stores["sqlite WRITES"] = SQLStore(f"sqlite:///{workdir}/writes.db")  # the default
-        stores["sqlite FULL"] = SQLStore(f"sqlite:///{workdir}/full.db?synchronous=FULL")
-        stores["sqlite NORMAL"] = SQLStore(f"sqlite:///{workdir}/normal.db?synchronous=NORMAL")
-    else:
-        print("agents_loopguard.store.sql is not importable: memory store only")
-    goals = {"memory": 1.05, "sqlite WRITES": 1.15, "sqlite FULL": 1.15, "sqlite NORMAL": 1.15}
-    long_reps = max(5, reps // 2)
-    print(f"medians of {reps} interleaved repetitions ({long_reps} at 100 turns), each store against plain")
-    print(f"{'turns':>5}  {'store':<14}{'plain ms':>9}{'guarded ms':>11}{'+ms/turn':>9}{'wall':>7}{'cpu':>7}  goal")
-    for turns in (10, 100):
-        for name, store in stores.items():
-            variants = {"plain": plain(turns), "guarded": guarded(turns, store)}
-            medians = asyncio.run(bench(variants, reps if turns == 10 else long_reps))
-            (plain_wall, plain_cpu), (guarded_wall, guarded_cpu) = medians["plain"], medians["guarded"]
-            wall, cpu = guarded_wall / plain_wall, guarded_cpu / plain_cpu
-            added = (guarded_wall - plain_wall) * 1000 / turns
-            goal = goals[name]
-            print(
-                f"{turns:>5}  {name:<14}{plain_wall * 1000:>9.1f}{guarded_wall * 1000:>11.1f}{added:>9.3f}"
-                f"{wall:>7.3f}{cpu:>7.3f}  <= {goal:.2f}: wall {'ok' if wall <= goal else 'missed'}, "
-                f"cpu {'ok' if cpu <= goal else 'missed'}"
-            )
-    for store in stores.values():
-        close = getattr(store, "close", None)
-        if close is not None:
-            close()
+    pairs = args.pairs or (7 if args.quick else 21)
+    figures = measure(pairs, max(5, pairs // 2), only=set(args.store) if args.store else None)
+    print(render(figures))
 
 
 if __name__ == "__main__":

@@ -4,13 +4,17 @@ On SQLite each step that writes is one ``BEGIN IMMEDIATE`` transaction (the data
 so two processes never deadlock upgrading a read lock); the file is in WAL mode with a busy timeout, so concurrent
 processes wait instead of failing. On PostgreSQL a hot step is *one* statement run in autocommit at ``REPEATABLE
 READ``; a step that lost a race to a concurrent one fails with a serialization error and is retried from a fresh
-snapshot, so every step behaves as if the steps ran one at a time.
+snapshot, so every step behaves as if the steps ran one at a time. Workers that keep racing on one task queue
+instead of retrying: after a step on a task lost a race, that process's steps on the task take a per-task advisory
+lock for a while (:data:`_PG_QUEUE_SECONDS`), so they run one after another; the lock only orders them, the
+statements' own re-checks at REPEATABLE READ still decide (a worker that does not queue is still exact).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import random
 import select
@@ -63,6 +67,13 @@ SQLITE_SYNCHRONOUS = ("WRITES", "FULL", "EXTRA", "NORMAL")
 * NORMAL: no commit waits for the disk; a power loss may lose the last commits, a write's reservation included."""
 _PG_RETRIES = 200
 """Attempts of one PostgreSQL step that keeps losing races (serialization failure, deadlock) before giving up."""
+_PG_QUEUE_SECONDS = 1.0
+"""After a step on a task lost a race (or found the task's lock held), this process's steps on that task queue on
+the task's advisory lock for this long; an uncontended task is one statement per step again after it."""
+
+_QUEUE = """SELECT CASE WHEN pg_try_advisory_lock(%(k)s) THEN true
+  ELSE (SELECT false FROM pg_advisory_lock(%(k)s)) END AS free"""
+"""Take a task's advisory lock in one round trip, waiting for it when held; ``free``: it was not held."""
 
 T = TypeVar("T")
 
@@ -217,6 +228,15 @@ class Database:
         self._local = threading.local()
         self._connections: list[Connection] = []
         self._connections_lock = threading.Lock()
+        self.lost_races = 0
+        """Steps of this process run again because they lost a race (PostgreSQL serialization failures, deadlocks,
+        unclassifiable outcomes): what the contention benchmark counts."""
+        self._deferred: tuple[int, list[Callable[[Any], None]]] = (os.getpid(), [])
+        """Statements of this process that need no transaction of their own (trace rows), run with the next write
+        step (see :meth:`defer`)."""
+        self._deferred_lock = threading.Lock()
+        self._contended: dict[int, float] = {}
+        """PostgreSQL: advisory lock key of a task -> until when this process's steps on it queue on its lock."""
 
     def _prepare_file(self, path: Path) -> None:
         """A store that may create gets the file's folder; one that may not needs the file (nothing is created)."""
@@ -243,52 +263,122 @@ class Database:
 
     # --- steps ------------------------------------------------------------------------------------------------------
 
+    def defer(self, work: Callable[[Any], None]) -> None:
+        """Run ``work(cursor)`` with the next write step, before that step's own statements, instead of in a
+        transaction of its own: in that step's transaction (SQLite, and PostgreSQL's multi-statement steps), or
+        pipelined with a PostgreSQL single-statement step into one transaction and one round trip. It commits with
+        that step (fsynced if that step is durable; rolled back and kept for the next one if that step is refused).
+        For rows that record no decision (trace rows); reads of this store run it first (:meth:`flush`), so this
+        process sees it at once, other processes from the next step on."""
+        self._writable()
+        with self._deferred_lock:
+            pid, pending = self._deferred
+            if pid != os.getpid():  # a forked child: the parent's pending work is the parent's
+                self._deferred = pid, pending = os.getpid(), []
+            pending.append(work)
+
+    def flush(self) -> None:
+        """Run the deferred work now, in a transaction of its own (nothing to do when none is pending)."""
+        if self._pending():
+            self.run(lambda cur: None, transaction=True)
+
+    def _pending(self) -> list[Callable[[Any], None]]:
+        pid, pending = self._deferred
+        return pending if pid == os.getpid() else []
+
+    def _run_deferred(self, cur: Any) -> int:
+        """Run the pending deferred work in this transaction; how many (removed once the transaction commits)."""
+        if not self._deferred[1]:
+            return 0
+        with self._deferred_lock:
+            batch = list(self._pending())
+        for work in batch:
+            work(cur)
+        return len(batch)
+
+    def _work(
+        self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool, queue: int | None
+    ) -> tuple[T, int]:
+        """``work(cur)`` with the deferred statements: first in the step's own transaction (then how many ran, done
+        once it commits), or (``carry``: a PostgreSQL single-statement write step) pipelined with the step's
+        statement into one implicit transaction, one round trip; ``queue``: the task lock to take first and release
+        after, in the same pipeline (see :class:`_Pipelined`)."""
+        if began:
+            deferred = self._run_deferred(cur)
+            return work(cur), deferred
+        if carry and (queue is not None or self._pending()):
+            with self._deferred_lock:
+                batch = list(self._pending())
+            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)), queue)
+            try:
+                for deferred_work in batch:
+                    deferred_work(pipelined.side)
+                return work(pipelined), 0
+            finally:
+                if not pipelined.close() and queue is not None:
+                    self._contended[queue] = time.monotonic() + _PG_QUEUE_SECONDS  # the lock was held: keep queueing
+        return work(cur), 0
+
+    def _deferred_done(self, count: int) -> None:
+        if not count:
+            return
+        with self._deferred_lock:
+            del self._pending()[:count]
+
     def read(self, work: Callable[[Any], T]) -> T:
         """A read: its statements run as they are, without a transaction."""
         return self.run(work, transaction=False)
 
-    def write(self, work: Callable[[Any], T], *, durable: bool = False) -> T:
-        """A write step of several statements: one transaction on every backend."""
+    def write(self, work: Callable[[Any], T], *, durable: bool = False, task: str | None = None) -> T:
+        """A write step of several statements: one transaction on every backend (``task``: see :meth:`step`)."""
         self._writable()
-        return self.run(work, transaction=True, durable=durable)
+        return self.run(work, transaction=True, durable=durable, task=task)
 
-    def step(self, work: Callable[[Any], T], *, durable: bool = False) -> T:
+    def step(self, work: Callable[[Any], T], *, durable: bool = False, task: str | None = None) -> T:
         """A write step that is one statement on PostgreSQL (autocommit), a transaction on SQLite.
 
         ``durable``: the step protects a write or records a decision (a write's ``unknown`` reservation, the ledger,
         the stop mark, an outcome, a pause, a transition): with SQLite's default ``synchronous=WRITES`` its commit is
         fsynced (which makes every earlier commit durable too); the other steps commit without waiting for the disk.
+        ``task``: the task the step changes (PostgreSQL: its steps queue on the task's lock after a lost race).
         """
         self._writable()
         if self.postgres:
-            return self.run(work, transaction=False)
+            return self.run(work, transaction=False, task=task)
         return self.run(work, transaction=True, durable=durable)
 
     def _writable(self) -> None:
         if self.readonly:
             raise StoreError(f"{self.name} is open read-only: open it without readonly=True to change it")
 
-    def run(self, work: Callable[[Any], T], *, transaction: bool, durable: bool = False) -> T:
+    def run(self, work: Callable[[Any], T], *, transaction: bool, durable: bool = False, task: str | None = None) -> T:
         """Run ``work(cursor)`` as one atomic step: in a transaction (``BEGIN IMMEDIATE`` on SQLite), or as the
-        single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race, and
-        (SQLite) waits for the write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database
-        fault is a :class:`~agents_loopguard.errors.StoreError` (the step rolled back)."""
+        single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race (on
+        PostgreSQL queued on ``task``'s advisory lock, see :data:`_PG_QUEUE_SECONDS`), and (SQLite) waits for the
+        write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database fault is a
+        :class:`~agents_loopguard.errors.StoreError` (the step rolled back)."""
         busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        key = _lock_key(task) if self.postgres and task is not None else None
         attempt = 0
         while True:
             attempt += 1
             cur = self.cursor()
-            began = False
+            began = locked = False
             fsync = durable and transaction and self._fsync_some
             try:
+                queue = key if key is not None and self._contended.get(key, 0.0) > time.monotonic() else None
+                carry = task is not None and not transaction
+                if queue is not None and not (carry and _pipeline_syncs()):
+                    locked, queue = self._queue(cur, queue), None
                 if fsync:
                     cur.execute("PRAGMA synchronous = FULL")  # this commit waits for the disk, and so all before it
                 if transaction:
                     cur.execute(self._begin)
                     began = True
-                result = work(cur)
+                result, deferred = self._work(cur, work, began=began, carry=carry, queue=queue)
                 if began:
                     cur.execute("COMMIT")
+                    self._deferred_done(deferred)
                 return result
             except Rollback as stop:
                 self._abort(cur, began)
@@ -311,9 +401,37 @@ class Database:
                 if fsync:
                     with contextlib.suppress(self._dbapi_error):
                         cur.execute("PRAGMA synchronous = NORMAL")
-            if attempt >= _PG_RETRIES:
-                raise StoreError(f"{self.name}: a step kept losing races to concurrent workers ({attempt} attempts)")
-            time.sleep(min(0.05, 0.0005 * attempt) * random.random())
+                if locked:
+                    self._unqueue(cur, key)
+            self._lost_race(attempt, key)
+
+    def _lost_race(self, attempt: int, key: int | None) -> None:
+        """Before the step runs again: queue on the task from now on (the retry waits for the task's lock instead of
+        sleeping at random), or back off a little more at each attempt."""
+        self.lost_races += 1
+        if attempt >= _PG_RETRIES:
+            raise StoreError(f"{self.name}: a step kept losing races to concurrent workers ({attempt} attempts)")
+        if key is not None:
+            self._contended[key] = time.monotonic() + _PG_QUEUE_SECONDS
+            if attempt <= 2:
+                return
+        time.sleep(min(0.05, 0.0005 * attempt) * random.random())
+
+    def _queue(self, cur: Any, key: int) -> bool:
+        """Take ``key``'s advisory lock (a session lock, outside the step's own transaction, so the step's snapshot
+        is taken after the lock is held); a lock found held keeps this process queueing on the task."""
+        cur.execute(_QUEUE, {"k": key})
+        row = cur.fetchone()
+        if not (row and row["free"]):
+            self._contended[key] = time.monotonic() + _PG_QUEUE_SECONDS
+        return True
+
+    def _unqueue(self, cur: Any, key: int | None) -> None:
+        if cur.connection.closed:
+            return  # the session, and its lock, are gone
+        with contextlib.suppress(self._dbapi_error):
+            cur.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": key})
+            cur.fetchall()
 
     def _busy(self, exc: BaseException, began: bool) -> bool:
         """SQLite: the write lock (or a read of a file being checkpointed) was not free; nothing was changed."""
@@ -431,6 +549,87 @@ class Database:
     def _begin_when_free(self, conn: Connection) -> None:
         """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
         self._when_free(lambda: conn.exec_driver_sql(self._begin))
+
+
+class _Pipelined:
+    """PostgreSQL: a cursor whose first statement is sent in one pipeline with the deferred ones before it (no Sync
+    between them: one implicit transaction at REPEATABLE READ, committed at the Sync its first fetch sends, one round
+    trip). ``committed`` is called once that transaction committed. Later statements run as usual.
+
+    ``queue``: a task's advisory lock, taken by a statement of its own before them (a Sync between: the step's
+    snapshot is taken once the lock is held) and released by one after them (another Sync: after the step's commit,
+    even when the step failed), all in the same round trip: the workers that queue on a task wait on the server,
+    and hold the lock for the step's execution and commit only."""
+
+    def __init__(self, cur: Any, committed: Callable[[], None], queue: int | None = None) -> None:
+        self._cur = cur
+        self._committed = committed
+        self._key = queue
+        conn = cur.connection
+        self._context: Any = conn.pipeline()
+        self._pipeline: Any = self._context.__enter__()
+        self._lock: Any = None
+        self._unlock: Any = None
+        if queue is not None:
+            from psycopg.rows import tuple_row
+
+            self._lock = conn.cursor(row_factory=tuple_row)
+            self._lock.execute(_QUEUE, {"k": queue})
+            self._pipeline._enqueue_sync()
+        self.side = conn.cursor()
+        """The cursor the deferred statements run on (their results are not read)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        result = self._cur.execute(sql, params)
+        self._release()
+        return result
+
+    def _release(self) -> None:
+        if self._pipeline is not None and self._key is not None and self._unlock is None:
+            self._pipeline._enqueue_sync()  # the step's transaction ends here: the unlock runs after its commit
+            self._unlock = self._cur.connection.cursor()
+            self._unlock.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": self._key})
+
+    def fetchall(self) -> Any:
+        self.close()
+        return self._cur.fetchall()
+
+    def fetchone(self) -> Any:
+        self.close()
+        return self._cur.fetchone()
+
+    def close(self) -> bool:
+        """Send the Sync and read every result (raises what the step raised: then its transaction did not commit).
+        True unless the task's lock was found held by another worker."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is None:
+            return True
+        if self._key is not None and self._unlock is None:  # nothing was sent after the lock: release it anyway
+            self._pipeline = pipeline
+            self._release()
+            self._pipeline = None
+        self._context.__exit__(None, None, None)
+        self._committed()
+        row = self._lock.fetchone() if self._lock is not None else None
+        return row is None or bool(row[0])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
+@functools.cache
+def _pipeline_syncs() -> bool:
+    """Whether this psycopg can end an implicit transaction inside a pipeline without waiting (to queue in one)."""
+    try:
+        from psycopg._pipeline_base import BasePipeline
+    except ImportError:  # pragma: no cover - psycopg >= 3.2 has it
+        return False
+    return hasattr(BasePipeline, "_enqueue_sync")
+
+
+def _lock_key(task: str) -> int:
+    """A task's PostgreSQL advisory lock key (a signed 64-bit hash; a collision only makes two tasks queue)."""
+    return int.from_bytes(hashlib.blake2b(f"loopguard:{task}".encode(), digest_size=8).digest(), "big", signed=True)
 
 
 def _wal(dbapi_connection: Any) -> None:

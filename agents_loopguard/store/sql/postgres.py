@@ -25,7 +25,7 @@ from ..base import (
 from ..rules import execution_refusal, turn_refusal, unknown_task
 from .connection import LostRace
 from .sqlite import SQLiteSteps
-from .statements import Compiled, Statements, fetch_one
+from .statements import Compiled, Statements, execute, fetch_one
 from .tables import loads, operation, ops, reps, seen, snapshot, task_state, tasks, tool_runs, trace, usage
 
 __all__ = ["PostgresSteps"]
@@ -287,6 +287,10 @@ class PostgresSteps(SQLiteSteps):
     def append_trace(self, cur: Any, params: dict[str, Any]) -> None:
         if fetch_one(cur, self.q_trace, params) is None:
             raise unknown_task(params["task_id"])
+
+    def deferred_trace(self, cur: Any, params: dict[str, Any]) -> None:
+        """A trace row sent ahead of the next step's statement, its result not read (see ``Database.defer``)."""
+        execute(cur, self.q_trace, params)
 
     def finish(self, cur: Any, params: dict[str, Any]) -> dict[str, Any]:
         row = fetch_one(cur, self.q_finish, params)

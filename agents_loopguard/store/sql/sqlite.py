@@ -290,6 +290,10 @@ class SQLiteSteps:
             raise unknown_task(params["task_id"])
         execute(cur, self.st.trace_insert, {**params, "seq": row["trace_seq"]})
 
+    def deferred_trace(self, cur: Any, params: dict[str, Any]) -> None:
+        """A trace row written in the next write step's transaction (see ``Database.defer``)."""
+        self.append_trace(cur, params)
+
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
 
     def set_stop_mark(self, cur: Any, params: dict[str, Any], who: str | None) -> StopMark:

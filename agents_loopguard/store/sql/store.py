@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +59,13 @@ def _tool_limit(limit: tuple[str, int] | None) -> dict[str, Any]:
     return {"limit_tool": name, "tool_max": allowed}
 
 
+def _flush_quietly(db: Database) -> None:
+    """Write what a store left deferred when it is collected or the interpreter exits (best effort: trace rows)."""
+    with contextlib.suppress(Exception):
+        if not db.readonly:
+            db.flush()
+
+
 class SQLStore(Store):
     """A :class:`~agents_loopguard.store.base.Store` in a SQLite file or a PostgreSQL database, shared by workers.
 
@@ -107,6 +116,9 @@ class SQLStore(Store):
         postgres = self._db.postgres
         self._st = Statements(self._db.engine.dialect, pg.insert if postgres else lite.insert)
         self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
+        weakref.finalize(self, _flush_quietly, self._db)  # deferred trace rows are written at exit or collection
+        self._known: set[str] = set()
+        """Tasks this store created or found (tasks are never deleted): trace rows of theirs can be deferred."""
 
     @property
     def readonly(self) -> bool:
@@ -138,8 +150,13 @@ class SQLStore(Store):
         return self._db.cursor()
 
     def close(self) -> None:
-        """Close the store's connections. The store reconnects if used again."""
-        self._db.close()
+        """Write what is deferred (SQLite trace rows), then close the store's connections. The store reconnects if
+        used again."""
+        try:
+            if not self._db.readonly:
+                self._db.flush()
+        finally:
+            self._db.close()
 
     def __enter__(self) -> SQLStore:
         return self
@@ -154,19 +171,22 @@ class SQLStore(Store):
 
     def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
         params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now}
-        task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params))
+        task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params), task=task_id)
+        self._known.add(task_id)
         return ensured(task, budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
+        self._db.flush()
         row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
         return snapshot(row) if row is not None else None
 
     def tasks(self) -> list[TaskSnapshot]:
+        self._db.flush()
         return [snapshot(row) for row in self._db.read(lambda cur: fetch_all(cur, self._st.tasks))]
 
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
         params = {"task_id": task_id, "now": now}
-        return self._db.step(lambda cur: self._steps.reserve_turn(cur, params))
+        return self._db.step(lambda cur: self._steps.reserve_turn(cur, params), task=task_id)
 
     def reserve_execution(
         self,
@@ -187,7 +207,7 @@ class SQLStore(Store):
             "max_wait": max_wait if poll else None,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll))
+        return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll), task=task_id)
 
     def reserve_write(
         self,
@@ -210,20 +230,20 @@ class SQLStore(Store):
             "now": now,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True)
+        return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True, task=task_id)
 
     def reserve_cost(self, task_id: str, amount: float) -> Grant:
         params = {"task_id": task_id, "amount": amount}
-        return self._db.write(lambda cur: self._steps.reserve_cost(cur, params))
+        return self._db.write(lambda cur: self._steps.reserve_cost(cur, params), task=task_id)
 
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         params = {"task_id": task_id, "reserved": reserved, "actual": actual}
-        return self._db.step(lambda cur: self._steps.settle_cost(cur, params))
+        return self._db.step(lambda cur: self._steps.settle_cost(cur, params), task=task_id)
 
     def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
         check_tokens(input_tokens, output_tokens)
         params = {"task_id": task_id, "in": input_tokens, "out": output_tokens}
-        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params))
+        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params), task=task_id)
 
     def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
         (reserved_in, reserved_out), (actual_in, actual_out) = check_tokens(*reserved), check_tokens(*actual)
@@ -234,7 +254,7 @@ class SQLStore(Store):
             "actual_in": actual_in,
             "actual_out": actual_out,
         }
-        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params))
+        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params), task=task_id)
 
     # --- the operation ledger -----------------------------------------------------------------------------------------
 
@@ -308,11 +328,18 @@ class SQLStore(Store):
             op_id, op_state, op_result = operation
             params.update(op_id=op_id, op_state=str(OperationState(op_state)), op_result=dumps(op_result))
         params["keys"] = list(dict.fromkeys(seen))
-        return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen))
+        return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen), task=task_id)
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
+        """The entry is written with the next write step of this store (its own transaction would cost a commit per
+        model turn): on SQLite in that step's transaction, on PostgreSQL in one pipeline with that step's statement.
+        The first entry of a task this store has not seen yet is a step of its own (an unknown task is refused)."""
         params = trace_params(task_id, entry)
-        self._db.step(lambda cur: self._steps.append_trace(cur, params))
+        if task_id not in self._known:  # its own step: an unknown task is refused now
+            self._db.step(lambda cur: self._steps.append_trace(cur, params), task=task_id)
+            self._known.add(task_id)
+            return
+        self._db.defer(lambda cur: self._steps.deferred_trace(cur, params))
 
     def trace(self, task_id: str) -> list[TraceEntry]:
         def work(cur: Any) -> list[Any]:
@@ -321,6 +348,7 @@ class SQLStore(Store):
                 self._steps.get_task(cur, task_id)
             return rows
 
+        self._db.flush()
         return [trace_entry(row) for row in self._db.read(work)]
 
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
@@ -335,7 +363,7 @@ class SQLStore(Store):
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
         status = str(record.get("status", "stopped"))
         params = {"task_id": task_id, "outcome": dumps(record), "status": status, "now": now}
-        return self._db.step(lambda cur: self._steps.finish(cur, params), durable=True)
+        return self._db.step(lambda cur: self._steps.finish(cur, params), durable=True, task=task_id)
 
     # --- workflow re-entry --------------------------------------------------------------------------------------------
 

@@ -1,0 +1,171 @@
+"""How every benchmark here measures a ratio, and how it prints its table.
+
+A figure is the ratio of a case to its reference (a guarded run to the plain one, a guarded call to the raw
+database floor), measured as *interleaved pairs*: each pair runs both back to back (who goes first alternates), and
+the figure is the median of the pairs' ratios with their min and max. Pairs share the machine's state at that moment
+(another process's load, the disk's queue), so their ratio is steadier than a ratio of two medians.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+PG_ENV = ("LOOPGUARD_BENCH_POSTGRES_URL", "LOOPGUARD_TEST_POSTGRES_URL")
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """The median, min and max of the pair ratios, and the median seconds of each side."""
+
+    median: float
+    low: float
+    high: float
+    case_s: float
+    reference_s: float
+    pairs: int
+
+    def __str__(self) -> str:
+        return f"{self.median:.3f} ({self.low:.2f}-{self.high:.2f})"
+
+
+def summarize(pairs: Sequence[tuple[float, float]]) -> Ratio:
+    ratios = [case / reference for case, reference in pairs]
+    return Ratio(
+        statistics.median(ratios),
+        min(ratios),
+        max(ratios),
+        statistics.median(c for c, _ in pairs),
+        statistics.median(r for _, r in pairs),
+        len(pairs),
+    )
+
+
+def paired(case: Callable[[], Any], reference: Callable[[], Any], pairs: int, *, warmup: int = 2) -> Ratio:
+    """Interleaved pairs of two synchronous callables: the ratio case / reference of wall-clock seconds."""
+    for _ in range(warmup):
+        case()
+        reference()
+    samples: list[tuple[float, float]] = []
+    for i in range(pairs):
+        order = (case, reference) if i % 2 == 0 else (reference, case)
+        took = {}
+        for fn in order:
+            start = time.perf_counter()
+            fn()
+            took[fn] = time.perf_counter() - start
+        samples.append((took[case], took[reference]))
+    return summarize(samples)
+
+
+async def apaired(
+    case: Callable[[], Awaitable[Any]], reference: Callable[[], Awaitable[Any]], pairs: int, *, warmup: int = 2
+) -> Ratio:
+    """:func:`paired` for coroutine functions (run in the caller's event loop)."""
+    for _ in range(warmup):
+        await case()
+        await reference()
+    samples: list[tuple[float, float]] = []
+    for i in range(pairs):
+        first, second = (case, reference) if i % 2 == 0 else (reference, case)
+        start = time.perf_counter()
+        await first()
+        middle = time.perf_counter()
+        await second()
+        end = time.perf_counter()
+        a, b = middle - start, end - middle
+        samples.append((a, b) if first is case else (b, a))
+    return summarize(samples)
+
+
+def run_paired_async(
+    case: Callable[[], Awaitable[Any]], reference: Callable[[], Awaitable[Any]], pairs: int, *, warmup: int = 2
+) -> Ratio:
+    return asyncio.run(apaired(case, reference, pairs, warmup=warmup))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (it reads as a plain-text table in a terminal too)."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def goal_cell(ratio: float, goal: float) -> str:
+    return f"<= {goal:.2f}: {'met' if ratio <= goal else 'missed'}"
+
+
+def postgres_url() -> str | None:
+    return next((os.environ[k] for k in PG_ENV if os.environ.get(k)), None)
+
+
+@contextmanager
+def pg_schema() -> Iterator[tuple[str, str] | None]:
+    """A fresh schema on the benchmark's PostgreSQL server: (SQLAlchemy URL, libpq URL), dropped afterwards."""
+    url = postgres_url()
+    if url is None:
+        yield None
+        return
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    schema = f"lg_bench_{uuid.uuid4().hex[:8]}"
+    base = make_url(url).set(drivername="postgresql")
+    admin = psycopg.connect(base.render_as_string(hide_password=False), autocommit=True)
+    admin.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        scoped = make_url(url).update_query_dict({"options": f"-csearch_path={schema}"})
+        libpq = scoped.set(drivername="postgresql").render_as_string(hide_password=False)
+        yield scoped.render_as_string(hide_password=False), libpq
+    finally:
+        admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        admin.close()
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on: CPU, cores, Python, PostgreSQL server version, the disk's fsync time."""
+    import sqlite3
+    import tempfile
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    fsyncs = []
+    with tempfile.NamedTemporaryFile(dir=os.environ.get("LOOPGUARD_BENCH_DIR")) as f:
+        for _ in range(30):
+            f.write(b"x" * 4096)
+            f.flush()
+            start = time.perf_counter()
+            os.fsync(f.fileno())
+            fsyncs.append(time.perf_counter() - start)
+    found = {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "fsync": f"{statistics.median(fsyncs) * 1e6:.0f} us (median of 30 fsyncs of a 4 KiB append, temp folder)",
+    }
+    url = postgres_url()
+    if url is not None:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(libpq) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+            sync = conn.execute("SHOW synchronous_commit").fetchone()
+            found["postgresql"] = f"{row[0] if row else '?'} (synchronous_commit={sync[0] if sync else '?'})"
+    return found
