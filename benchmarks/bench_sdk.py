@@ -41,13 +41,10 @@ from agents_loopguard import Budget, MemoryStore, Store
 from agents_loopguard.function_calling import GuardedTool, run_chat_completions
 from agents_loopguard.sdk import guarded_tool, run_guarded
 from agents_loopguard.store.sql import SQLStore
-from tests.support import scripted_openai
 from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call
 
-# The scripted server writes a response's headers and body in two sends; with Nagle's algorithm on, the body waits
-# for the client's delayed ACK (40 ms on Linux), which would hide the guard's cost under a fixed sleep per turn.
-# TCP_NODELAY on the server's sockets (socketserver's own switch) answers each request at once.
-scripted_openai._Handler.disable_nagle_algorithm = True
+# The scripted server sets TCP_NODELAY (its handler's disable_nagle_algorithm): otherwise the body of a response,
+# written after its headers, would wait for the client's delayed ACK and hide the guard's cost under 40 ms a turn.
 
 GOALS = {  # issue 13: (store, K) -> the ratio the guarded run may cost
     ("sdk", "memory", 10): 1.03,

@@ -455,6 +455,8 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 30  # idle keep-alive connections close on their own
     server: _HTTPServer
 
+    disable_nagle_algorithm = True  # headers and body go in two writes: without it, each waits a delayed ACK
+
     def setup(self) -> None:
         super().setup()
         self.server.owner._track(self.connection, add=True)
