@@ -435,7 +435,8 @@ class Database:
 
     def _busy(self, exc: BaseException, began: bool) -> bool:
         """SQLite: the write lock (or a read of a file being checkpointed) was not free; nothing was changed."""
-        return not self.postgres and not began and getattr(exc, "sqlite_errorcode", None) in (5, 6)  # BUSY, LOCKED
+        code = getattr(exc, "sqlite_errorcode", None)  # an extended code: BUSY_RECOVERY, BUSY_SNAPSHOT... are BUSY
+        return not self.postgres and not began and code is not None and code & 0xFF in (5, 6)  # BUSY, LOCKED
 
     def _abort(self, cur: Any, began: bool) -> bool:
         """End a failed step without its changes; True when its (PostgreSQL) connection was lost under it."""
@@ -652,7 +653,17 @@ def _sqlite_on_connect(synchronous: str, dbapi_connection: Any, _record: Any) ->
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_HANDLER_MS}")
-        cursor.execute(f"PRAGMA synchronous = {synchronous}")  # FULL: the WAL is fsynced at every commit
+        # FULL: the WAL is fsynced at every commit. While another connection switches a new file to WAL, this
+        # answers "locked" at once (the busy handler does not wait for that), so wait for it here.
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                cursor.execute(f"PRAGMA synchronous = {synchronous}")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.002 * random.random())
     finally:
         cursor.close()
 
