@@ -13,6 +13,7 @@ from agents_loopguard import Budget, Guard, Reason, Status, Ticket, create_runne
 from agents_loopguard.store import OperationState, SQLStore, StoreError
 from agents_loopguard.store.sql import DEFAULT_URL, ENV_URL, SCHEMA_VERSION, database_url
 from tests.conftest import libpq_url
+from tests.support.store_trace import sent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -328,29 +329,6 @@ def test_credentials_assigned_in_free_text_are_redacted() -> None:
 # --- what a guarded call costs the database -------------------------------------------------------------------------
 
 
-def exchanges(store: SQLStore, call: Any) -> list[str]:
-    """What the store's connection sent during ``call``: SQL statements (SQLite) or protocol messages (PostgreSQL)."""
-    import tempfile
-
-    dbapi = store._cursor().connection
-    if store.backend == "sqlite":
-        sent: list[str] = []
-        dbapi.set_trace_callback(sent.append)
-        try:
-            call()
-        finally:
-            dbapi.set_trace_callback(None)
-        return sent
-    with tempfile.TemporaryFile("w+") as trace:
-        dbapi.pgconn.trace(trace.fileno())
-        try:
-            call()
-        finally:
-            dbapi.pgconn.untrace()
-        trace.seek(0)
-        return [line.rstrip("\n").split("\t")[3] for line in trace if "\tF\t" in line]
-
-
 def test_a_guarded_read_and_write_each_cost_two_store_steps(sql_url: str) -> None:
     with SQLStore(sql_url) as store:
         guard = Guard(budget=BIG, store=store, task_id="cost")
@@ -369,13 +347,13 @@ def test_a_guarded_read_and_write_each_cost_two_store_steps(sql_url: str) -> Non
 
         guarded("read")  # warm: connection and schema
         for kind in ("read", "write"):
-            sent = exchanges(store, lambda kind=kind: guarded(kind))
+            messages = sent(store, lambda kind=kind: guarded(kind))
             if store.backend == "sqlite":
                 # two transactions, each taking the write lock up front and committing once
-                assert [s for s in sent if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"] * 2
+                assert [s for s in messages if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"] * 2
             else:
-                round_trips = sent.count("Sync") + sent.count("Query")
-                assert round_trips == 2, (kind, sent)  # goals: read <= 2, write <= 3
+                syncs = messages.count("Sync") + messages.count("Query")
+                assert syncs == 2, (kind, messages)  # goals: read <= 2, write <= 3
 
 
 def test_an_unreachable_database_is_a_store_error_without_the_password() -> None:

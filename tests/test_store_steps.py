@@ -3,11 +3,8 @@ store saves them: trace rows written with the next step, workers queued on a con
 
 from __future__ import annotations
 
-import itertools
-import tempfile
 import threading
 import time
-from typing import Any
 
 import psycopg
 import pytest
@@ -17,46 +14,11 @@ from agents_loopguard.store import SQLStore, StoreError
 from agents_loopguard.store.base import TraceEntry
 from agents_loopguard.store.sql.connection import _lock_key
 from tests.conftest import libpq_url
+from tests.support.store_trace import round_trips, sent
 
 pytestmark = pytest.mark.timeout(60)
 
 BIG = Budget(model_turns=100, tool_executions=100)
-
-
-def round_trips(store: SQLStore, call: Any) -> int:
-    """PostgreSQL: how many times the store's connection sent messages and then waited for the server's answer
-    during ``call`` (a pipeline of several statements and Syncs is one)."""
-    with tempfile.TemporaryFile("w+") as trace:
-        dbapi = store._cursor().connection
-        dbapi.pgconn.trace(trace.fileno())
-        try:
-            call()
-        finally:
-            dbapi.pgconn.untrace()
-        trace.seek(0)
-        directions = [line.split("\t")[1] for line in trace if line.count("\t") >= 3]
-    return sum(1 for a, b in itertools.pairwise(directions) if (a, b) == ("F", "B"))
-
-
-def sent(store: SQLStore, call: Any) -> list[str]:
-    """SQLite: the statements the store's connection ran during ``call``; PostgreSQL: the protocol messages it sent."""
-    dbapi = store._cursor().connection
-    if store.backend == "sqlite":
-        seen: list[str] = []
-        dbapi.set_trace_callback(seen.append)
-        try:
-            call()
-        finally:
-            dbapi.set_trace_callback(None)
-        return seen
-    with tempfile.TemporaryFile("w+") as trace:
-        dbapi.pgconn.trace(trace.fileno())
-        try:
-            call()
-        finally:
-            dbapi.pgconn.untrace()
-        trace.seek(0)
-        return [line.rstrip("\n").split("\t")[3] for line in trace if "\tF\t" in line]
 
 
 def turn(guard: Guard, i: int) -> None:
