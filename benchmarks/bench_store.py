@@ -22,7 +22,6 @@ guarded write at most 3; a guarded SQLite read stays within 3x the raw floor.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sqlite3
 import statistics
@@ -30,17 +29,18 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from paired import pg_schema
+
 from agents_loopguard import Budget, Guard, Ticket
 from agents_loopguard.store.sql import SQLStore
+from tests.support.store_trace import sent
 
-PG_ENV = ("LOOPGUARD_BENCH_POSTGRES_URL", "LOOPGUARD_TEST_POSTGRES_URL")
 BUDGET = Budget(model_turns=10**9, tool_executions=10**9)
 
 
@@ -103,29 +103,6 @@ def pg_floor(libpq: str) -> Callable[[], None]:
     return insert
 
 
-@contextmanager
-def pg_schema() -> Iterator[tuple[str, str] | None]:
-    """A fresh schema on the benchmark's PostgreSQL server: (SQLAlchemy URL, libpq URL), dropped afterwards."""
-    url = next((os.environ[k] for k in PG_ENV if os.environ.get(k)), None)
-    if url is None:
-        yield None
-        return
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    schema = f"lg_bench_{uuid.uuid4().hex[:8]}"
-    base = make_url(url).set(drivername="postgresql")
-    admin = psycopg.connect(base.render_as_string(hide_password=False), autocommit=True)
-    admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        scoped = make_url(url).update_query_dict({"options": f"-csearch_path={schema}"})
-        libpq = scoped.set(drivername="postgresql").render_as_string(hide_password=False)
-        yield scoped.render_as_string(hide_password=False), libpq
-    finally:
-        admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.close()
-
-
 def count_exchanges(store: SQLStore, call: Callable[[], None]) -> tuple[int, int | None]:
     """Statements the store sends during ``call``, and (PostgreSQL) client/server round trips.
 
@@ -133,25 +110,11 @@ def count_exchanges(store: SQLStore, call: Callable[[], None]) -> tuple[int, int
     there are no round trips. PostgreSQL: libpq's protocol trace of the store's connection; a round trip is one
     ``Sync`` (extended protocol) or ``Query`` (simple protocol) message, a statement one ``Execute`` or ``Query``.
     """
-    dbapi = store._cursor().connection  # the connection the store's steps run on, in this thread
+    messages = sent(store, call)
     if store.backend != "postgresql":
-        seen: list[str] = []
-        dbapi.set_trace_callback(seen.append)
-        try:
-            call()
-        finally:
-            dbapi.set_trace_callback(None)
-        return len(seen), None
-    with tempfile.TemporaryFile("w+") as trace:
-        dbapi.pgconn.trace(trace.fileno())
-        try:
-            call()
-        finally:
-            dbapi.pgconn.untrace()
-        trace.seek(0)
-        sent = [line.rstrip("\n").split("\t")[3] for line in trace if "\tF\t" in line and len(line.split("\t")) > 3]
-    statements = sum(1 for kind in sent if kind in ("Execute", "Query"))
-    return statements, sum(1 for kind in sent if kind in ("Sync", "Query"))
+        return len(messages), None
+    statements = sum(1 for kind in messages if kind in ("Execute", "Query"))
+    return statements, sum(1 for kind in messages if kind in ("Sync", "Query"))
 
 
 def measure(cases: dict[str, Callable[[], None]], rounds: int, batch: int) -> dict[str, float]:
@@ -193,7 +156,6 @@ def main() -> None:
                 cases[f"raw sqlite3 {floor_sync}"] = sqlite_floor(tmp / f"floor-{floor_sync.lower()}.db", floor_sync)
         if pg is not None:
             backends.append(("postgresql", pg[0], "raw psycopg"))
-            cases["raw psycopg"] = pg_floor(pg[1])
         for label, url, floor in backends:
             store = SQLStore(url)
             stores.append(store)
@@ -205,6 +167,8 @@ def main() -> None:
                 cases[name] = fn
                 floors[name] = floor
                 counts[name] = count_exchanges(store, fn)
+        if pg is not None:  # its table only once the store has made the schema its own (a store refuses other tables)
+            cases = {"raw psycopg": pg_floor(pg[1]), **cases}
         medians = measure(cases, args.rounds, args.batch)
 
     width = max(len(n) for n in cases) + 2
