@@ -25,7 +25,7 @@ from agents_loopguard.store import (
     StoreError,
     TraceEntry,
 )
-from tests.support.scenarios import REASONS, Observed, Scenario, ev, library_runner, read, write
+from tests.support.scenarios import REASONS, Observed, Scenario, ev, library_runner, observed, read, write
 from tests.support.scenarios import scenarios as core_scenarios
 
 pytestmark = pytest.mark.timeout(60)
@@ -704,19 +704,9 @@ def run_on(store: Store, sc: Scenario, task_id: str, rounds: int = 1) -> tuple[O
     run, executed = library_runner(sc, store, task_id)
     for _ in range(rounds):
         out = run(sc.proposals)
-    observed = Observed(
-        str(out.status),
-        str(out.reason),
-        out.revision,
-        out.value,
-        out.used.models,
-        out.used.tools,
-        {r.operation_id: str(r.state) for r in store.operations(task_id)},
-        executed,
-    )
     snap = store.task(task_id)
     assert snap is not None
-    return observed, store.trace(task_id), snap
+    return observed(out, store, executed, task_id), store.trace(task_id), snap
 
 
 def isolated(sc: Scenario, tag: str) -> Scenario:

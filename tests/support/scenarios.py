@@ -116,15 +116,14 @@ def run_library(sc: Scenario, rounds: int = 1) -> Observed:
         out = run(sc.proposals)
         first = first or out
         assert out is first, "a finished runner must return the very same terminal object"
+    return observed(out, store, executed)
+
+
+def observed(out: Any, store: Store, executed: list[Any], task_id: str | None = None) -> Observed:
+    """What the library's run returned and left in ``store``, in the prototype's terms."""
+    ops = {r.operation_id: str(r.state) for r in store.operations(task_id)}
     return Observed(
-        str(out.status),
-        str(out.reason),
-        out.revision,
-        out.value,
-        out.used.models,
-        out.used.tools,
-        {r.operation_id: str(r.state) for r in store.operations()},
-        executed,
+        str(out.status), str(out.reason), out.revision, out.value, out.used.models, out.used.tools, ops, executed
     )
 
 
