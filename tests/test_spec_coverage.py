@@ -1,4 +1,4 @@
-"""Every rule of SPEC.md (R1-R16) is named by at least one test, in its name or its docstring, so that
+"""Every rule of SPEC.md is named by at least one test, in its name or its docstring, so that
 ``grep -rn R7 tests/`` finds a rule's tests.
 
 SPEC.md lives next to the repository (``../shared/SPEC.md``); ``LOOPGUARD_SPEC_MD`` names another copy. Its absence
@@ -18,6 +18,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 RULE_LINE = re.compile(r"^(R\d+)\s", re.MULTILINE)
+
+PENDING: dict[str, str] = {
+    "R17": "issue 20: Scale out on a durable engine: compose with DBOS (and Temporal, Restate) instead of replacing "
+    "their model provider",
+    "R18": "issue 21: Trust and audit: a scoped token stays in its scope, every operator word is kept, a rerun "
+    "returns what was verified",
+}
+"""Rules of SPEC.md whose tests land with an open issue (named here with its title). A rule leaves this set when its
+tests land; a pending rule that a test already names fails the check below, so the set cannot go stale."""
 
 
 def spec_path() -> Path:
@@ -71,6 +80,10 @@ def test_every_rule_of_spec_md_is_named_by_a_test() -> None:
     if not path.is_file():
         pytest.fail(f"SPEC.md not found at {path} (set LOOPGUARD_SPEC_MD to its path)", pytrace=False)
     texts = list(suite_texts())
-    missing = [rule for rule in spec_rules(path.read_text(encoding="utf-8")) if not naming(rule, texts)]
+    rules = spec_rules(path.read_text(encoding="utf-8"))
+    missing = [rule for rule in rules if rule not in PENDING and not naming(rule, texts)]
     assert missing == [], f"no test names these rules in its name or docstring: {missing}"
+    landed = [rule for rule in PENDING if naming(rule, texts)]
+    assert landed == [], f"tests name these pending rules: remove them from PENDING: {landed}"
+    assert set(PENDING) <= set(rules), f"PENDING names rules SPEC.md does not have: {set(PENDING) - set(rules)}"
     assert naming("R99", texts) == []  # the search is not trivially true
