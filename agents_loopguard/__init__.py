@@ -1,64 +1,52 @@
-"""agents_loopguard: stop AI agents caught in tool loops, before execution, without losing useful state."""
+"""agents_loopguard: stop AI agents caught in tool loops, before execution, without losing useful state.
+
+The names a newcomer needs; the rest lives in its layer: :mod:`agents_loopguard.engine` (a task's rules),
+:mod:`agents_loopguard.run` (the guarded run every adapter drives), :mod:`agents_loopguard.ops` (what operators
+do), the adapters :mod:`agents_loopguard.sdk` and :mod:`agents_loopguard.function_calling`, and
+:mod:`agents_loopguard.store`.
+"""
 
 import logging as _logging
 
-from .budget import Budget, Policy
-from .calls import Call, Ticket, Verdict, parse_call
-from .canonical import CanonicalError, canonical_json, fingerprint, redact
-from .core import Guard
-from .errors import InputError, LoopguardError, NotFoundError, StateError
-from .evidence import Effect, Evidence, ResultStatus
-from .outcome import (
-    NextAction,
-    Outcome,
-    Reason,
-    RecordError,
-    RecoveryRecord,
-    Status,
-    Usage,
-    allowed_next_actions,
-)
-from .recovery import Reconciliation, RecoveryError, reconcile, recover
-from .runner import create_runner
-from .store import MemoryStore, OperationRecord, OperationState, Store, StoreError
+from .engine.budget import Budget, Policy
+from .engine.calls import Verdict
+from .engine.canonical import canonical_json
+from .engine.core import Guard
+from .engine.errors import InputError, LoopguardError, NotFoundError, StateError
+from .engine.evidence import Effect, Evidence
+from .engine.outcome import Outcome, Reason, RecoveryRecord, Status, Usage
+from .engine.runner import create_runner
+from .ops.recovery import reconcile, recover
+from .run.guarded import GuardStopped
+from .run.options import RunOptions
+from .store import MemoryStore, OperationState, Store, StoreError
 
 __all__ = [
     "Budget",
-    "Call",
-    "CanonicalError",
     "Effect",
     "Evidence",
     "Guard",
+    "GuardStopped",
     "InputError",
     "LoopguardError",
     "MemoryStore",
-    "NextAction",
     "NotFoundError",
-    "OperationRecord",
     "OperationState",
     "Outcome",
     "Policy",
     "Reason",
-    "Reconciliation",
-    "RecordError",
-    "RecoveryError",
     "RecoveryRecord",
-    "ResultStatus",
+    "RunOptions",
     "StateError",
     "Status",
     "Store",
     "StoreError",
-    "Ticket",
     "Usage",
     "Verdict",
-    "allowed_next_actions",
     "canonical_json",
     "create_runner",
-    "fingerprint",
-    "parse_call",
     "reconcile",
     "recover",
-    "redact",
 ]
 
 __version__ = "0.1.0"

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paired import pg_schema, table
 
-from agents_loopguard import Budget, Guard, Policy, Ticket
+from agents_loopguard import Budget, Guard, Policy
+from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store.sql import SQLStore
 
 BUDGET = Budget(model_turns=10**9, tool_executions=10**9)

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from agents_loopguard import Budget, Guard, MemoryStore, Policy, Verdict, canonical
-from agents_loopguard.canonical import canonical_json
+from agents_loopguard.engine.canonical import canonical_json
 
 try:
     import orjson

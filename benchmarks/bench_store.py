@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paired import pg_schema
 
-from agents_loopguard import Budget, Guard, Ticket
+from agents_loopguard import Budget, Guard
+from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store.sql import SQLStore
 from tests.support.store_trace import sent
 

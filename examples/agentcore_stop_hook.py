@@ -3,7 +3,7 @@
 The stop mark is the guard's: every worker refuses the task's next model call and tool execution. An agent hosted
 in an AgentCore Runtime runs in a session of its own, which the mark does not end. This hook calls
 ``StopRuntimeSession`` (through boto3) once, from the process that set the mark: ``loopguard stop``, ``loopguard
-serve`` (its API and console) or your own code through ``agents_loopguard.stops.request_stop``.
+serve`` (its API and console) or your own code through ``agents_loopguard.ops.stops.request_stop``.
 
 What a runtime stop does, and what it does not undo:
 
@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from agents_loopguard.stops import StopEvent
+from agents_loopguard.ops.stops import StopEvent
 
 __all__ = ["AgentCoreStopHook", "session_id_for", "stop_hook"]
 
@@ -111,7 +111,7 @@ def stop_hook(event: StopEvent) -> dict[str, Any] | None:
 
 def main() -> None:
     from agents_loopguard import Budget, Guard, MemoryStore
-    from agents_loopguard.stops import register_stop_hook, request_stop
+    from agents_loopguard.ops.stops import register_stop_hook, request_stop
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--live", metavar="ARN", help="call AgentCore for real (needs AWS credentials)")

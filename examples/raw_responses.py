@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # the scripted server lives in tests/support; the
 import openai  # noqa: E402
 
 from agents_loopguard import Budget, MemoryStore  # noqa: E402
-from agents_loopguard.openai_loop import GuardedTool, RetryPolicy, arun_responses  # noqa: E402
+from agents_loopguard.function_calling import GuardedTool, RetryPolicy, arun_responses  # noqa: E402
 
 SHIPMENTS = {"SHP-7": {"carrier": "DHL", "status": "in transit", "eta": "tomorrow"}}
 facts: set[str] = set()

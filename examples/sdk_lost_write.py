@@ -21,7 +21,7 @@ from agents import Agent, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, MemoryStore
-from agents_loopguard.recovery import reconcile
+from agents_loopguard.ops.recovery import reconcile
 from agents_loopguard.sdk import guarded_tool, run_guarded
 
 ORDERS: dict[str, dict[str, Any]] = {"42": {"status": "pending", "version": 3}}

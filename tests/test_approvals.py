@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from agents_loopguard import Budget, Guard, MemoryStore
-from agents_loopguard.approvals import (
+from agents_loopguard.ops.approvals import (
     DecisionError,
     PauseTampered,
     check_decisions,

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from agents_loopguard import Budget, Guard, Reason, RecoveryRecord, Status
-from agents_loopguard.approvals import pause_digest
+from agents_loopguard.ops.approvals import pause_digest
 from agents_loopguard.store.sql import SQLStore
 
 HERE = Path(__file__).parent

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from agents_loopguard import Budget, Guard, Ticket, Verdict
-from agents_loopguard.canonical import fingerprint
+from agents_loopguard import Budget, Guard, Verdict
+from agents_loopguard.engine.calls import Ticket
+from agents_loopguard.engine.canonical import fingerprint
 from agents_loopguard.store.sql import SQLStore
 
 UNLOCK = {"tool": "unlock", "kind": "write", "operation_id": "unlock-door-7", "args": {"door": 7, "pin": 4821}}

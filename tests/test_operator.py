@@ -23,8 +23,8 @@ from agents_loopguard import (
     Verdict,
     create_runner,
 )
-from agents_loopguard.approvals import pause_digest
-from agents_loopguard.operator import (
+from agents_loopguard.ops.approvals import pause_digest
+from agents_loopguard.ops.operator import (
     decide_pause,
     iso_time,
     operation_view,

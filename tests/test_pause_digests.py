@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from agents_loopguard import Budget, Guard
-from agents_loopguard.approvals import (
+from agents_loopguard.ops.approvals import (
     PAUSE_KEY_ENV,
     PauseKeyMissing,
     PauseTampered,

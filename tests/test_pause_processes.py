@@ -22,7 +22,7 @@ from typing import IO, Any
 import pytest
 
 from agents_loopguard import Budget, Reason, Status, Usage
-from agents_loopguard.approvals import decide
+from agents_loopguard.ops.approvals import decide
 from agents_loopguard.sdk import resume_guarded_sync, run_guarded_sync
 from agents_loopguard.store import SQLStore
 from tests.support.stores import sql_store

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from agents_loopguard import Budget, Guard, MemoryStore, NextAction, OperationState, Reason, Status
-from agents_loopguard.run import GuardStopped, forces_tool
+from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status
+from agents_loopguard.engine.outcome import NextAction
+from agents_loopguard.run import GuardStopped
+from agents_loopguard.run.guarded import forces_tool
 from tests.support.adapters import ADAPTERS, Calls, Fail, Obey, Say, Tool, run_scenario, tool_value
 from tests.support.sdk import done_at_two
 

@@ -18,8 +18,8 @@ from agents import Agent
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Guard, OperationState, Policy, Reason, Status, Usage
-from agents_loopguard.approvals import DecisionError, PauseTampered, decide, pause_digest
-from agents_loopguard.recovery import RecoveryError, reconcile, recover
+from agents_loopguard.ops.approvals import DecisionError, PauseTampered, decide, pause_digest
+from agents_loopguard.ops.recovery import RecoveryError, reconcile, recover
 from agents_loopguard.sdk import (
     ResumeError,
     guarded_tool,

@@ -15,8 +15,8 @@ from agents import Agent
 from agents.testing import ScriptedModel, function_call
 
 from agents_loopguard import Budget, Status
-from agents_loopguard.notify import PauseNotifier
 from agents_loopguard.sdk import run_guarded_sync
+from agents_loopguard.sdk.notify import PauseNotifier
 from agents_loopguard.store.sql import SQLStore
 from tests.support.server_env import PLANTED, refund
 
@@ -118,7 +118,7 @@ def test_an_unreachable_or_refusing_receiver_is_logged_and_the_run_goes_on(
     closed = Receiver([])
     down_url = closed.url
     closed.close()
-    caplog.set_level(logging.WARNING, logger="agents_loopguard.notify")
+    caplog.set_level(logging.WARNING, logger="agents_loopguard.sdk.notify")
     try:
         refusing = PauseNotifier(receiver.url, backoff=0.01)
         assert pause_run(store, refusing, "ticket-8").status is Status.NEEDS_HUMAN

@@ -8,10 +8,11 @@ from typing import Any
 import httpx
 import pytest
 
-from agents_loopguard import Budget, Call, Outcome, Ticket, Verdict
+from agents_loopguard import Budget, Outcome, Verdict
+from agents_loopguard.engine.calls import Call, Ticket
+from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.server import create_app
 from agents_loopguard.store.sql import SQLStore
-from agents_loopguard.triggers import TriggerGuard
 from tests.support.live_server import LiveServer
 from tests.support.server_env import CONFIG, bearer
 from tests.support.stores import sql_store

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, Guard, MemoryStore, NotFoundError, Reason, Status
-from agents_loopguard.stops import register_stop_hook, request_stop
+from agents_loopguard.ops.stops import register_stop_hook, request_stop
 from agents_loopguard.store.base import Store
 from tests.support.stop_probe import explode
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from agents_loopguard import Budget, create_runner
-from agents_loopguard.outcome import Reason, Usage
+from agents_loopguard.engine.outcome import Reason, Usage
 from agents_loopguard.store import (
     Grant,
     MemoryStore,

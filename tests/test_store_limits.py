@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget
-from agents_loopguard.errors import InputError
-from agents_loopguard.outcome import Reason, Usage
+from agents_loopguard.engine.errors import InputError
+from agents_loopguard.engine.outcome import Reason, Usage
 from agents_loopguard.store import Grant, MemoryStore, OperationState, Store, TraceEntry
 
 pytestmark = pytest.mark.timeout(60)

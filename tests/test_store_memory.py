@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents_loopguard import Budget, Guard, Ticket
+from agents_loopguard import Budget, Guard
+from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import MemoryStore, TraceEntry
 from agents_loopguard.store.memory import DEFAULT_TRACE_LIMIT
 

@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from agents_loopguard import Budget, OperationState, Reason, Usage
-from agents_loopguard.approvals import check_pause, decide
-from agents_loopguard.errors import NotFoundError
+from agents_loopguard.engine.errors import NotFoundError
+from agents_loopguard.ops.approvals import check_pause, decide
 from agents_loopguard.store import SQLStore, StoreError
 from agents_loopguard.store.sql import HEAD_REVISION, METADATA, SCHEMA_VERSION
 from agents_loopguard.store.sql.migrate import migrate

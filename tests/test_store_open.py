@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from agents_loopguard import Budget
-from agents_loopguard.errors import NotFoundError
+from agents_loopguard.engine.errors import NotFoundError
 from agents_loopguard.store import SQLStore, StoreError
 from tests.conftest import libpq_url
 from tests.support.unprivileged import run_unprivileged, shared_folder

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from agents_loopguard import Budget, Guard, Reason, Status, create_runner
-from agents_loopguard.approvals import claim_for_resume, decide, decisions_for, load_for_resume, pause_digest
-from agents_loopguard.recovery import reconcile, recover
+from agents_loopguard.ops.approvals import claim_for_resume, decide, decisions_for, load_for_resume, pause_digest
+from agents_loopguard.ops.recovery import reconcile, recover
 from agents_loopguard.store import SQLStore
 from tests.conftest import libpq_url
 

@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agents_loopguard import Budget, Guard, Reason, Status, Ticket, create_runner
+from agents_loopguard import Budget, Guard, Reason, Status, create_runner
+from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import OperationState, SQLStore, StoreError
 from agents_loopguard.store.sql import DEFAULT_URL, ENV_URL, SCHEMA_VERSION, database_url
 from tests.conftest import libpq_url
@@ -317,7 +318,7 @@ def test_the_ledger_survives_the_process_that_wrote_it(sql_url: str) -> None:
 
 
 def test_credentials_assigned_in_free_text_are_redacted() -> None:
-    from agents_loopguard import redact
+    from agents_loopguard.engine.canonical import redact
 
     text = 'login failed: password="hunter2" host=db; access_token=abc&page=2 api_key=zz'
     assert (

@@ -9,7 +9,8 @@ import time
 import psycopg
 import pytest
 
-from agents_loopguard import Budget, Guard, Ticket
+from agents_loopguard import Budget, Guard
+from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import SQLStore, StoreError
 from agents_loopguard.store.base import TraceEntry
 from agents_loopguard.store.sql.connection import _lock_key

@@ -1,4 +1,4 @@
-"""agents_loopguard.testing: a guarded tool called in a unit test, without a model, through the real guarded path."""
+"""agents_loopguard.sdk.testing: a guarded tool called in a unit test, without a model, through the guarded path."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from agents_loopguard import Budget, MemoryStore, OperationState, Policy, Reason, Status, Store
 from agents_loopguard.sdk import guarded_tool
-from agents_loopguard.testing import DEFAULT_BUDGET, ToolCallResult, call_tool, call_tool_sync
+from agents_loopguard.sdk.testing import DEFAULT_BUDGET, ToolCallResult, call_tool, call_tool_sync
 
 pytestmark = pytest.mark.timeout(60)
 agents.set_tracing_disabled(True)

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from agents_loopguard import Budget, Call, MemoryStore, Outcome, Reason, Status, Store, Verdict
+from agents_loopguard import Budget, MemoryStore, Outcome, Reason, Status, Store, Verdict
+from agents_loopguard.engine.calls import Call
+from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.store.base import Activation
-from agents_loopguard.triggers import TriggerGuard
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "trigger_reentry.py"

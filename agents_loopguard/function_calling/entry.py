@@ -12,21 +12,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import openai
+from typing_extensions import Unpack
 
-from ..outcome import Outcome
-from ..pricing import price_for
-from ..run import (
-    Execute,
-    GuardedRun,
-    adrive,
-    drive,
-    make_guard,
-    perform_check,
-    perform_check_async,
-    within_deadline,
-)
-from .loop import Loop, Request, conversation_of, in_flight_label
-from .options import LoopOptions
+from ..engine.outcome import Outcome
+from ..run import Execute, GuardedRun, RunOptions, adrive, drive, perform_check, perform_check_async, within_deadline
+from ..run.requests import Send
+from .loop import Loop, conversation_of, in_flight_label
+from .options import LoopFields, LoopOptions
 from .tools import GuardedTool
 from .wire import Api, Chat, Responses
 
@@ -58,7 +50,7 @@ def _prepare(
     model: str,
     conversation: Any,
     tools: Sequence[GuardedTool],
-    options: LoopOptions | None,
+    options: RunOptions | None,
     fields: Mapping[str, Any],
     extra_request: Mapping[str, Any] | None = None,
 ) -> Loop:
@@ -70,20 +62,10 @@ def _prepare(
         raise ValueError(f"request_options may not set {clash}: the loop sets them (streaming is not supported)")
     if opts.max_output_tokens is not None and (isinstance(opts.max_output_tokens, bool) or opts.max_output_tokens < 1):
         raise ValueError(f"max_output_tokens must be a positive int, got {opts.max_output_tokens!r}")
-    if opts.prices is not None and price_for(opts.prices, model) is None:
-        raise ValueError(f"prices= has no entry for model {model!r}")
-    guard = make_guard(guard=opts.guard, budget=opts.budget, store=opts.store, task_id=opts.task_id, policy=opts.policy)
-    run = GuardedRun(
-        guard,
-        on_refusal=opts.on_refusal,
-        release=opts.release_tool_choice,
-        reset_forced_function=opts.reset_forced_function,
-        prices=opts.prices,
-        estimate_input_tokens=opts.estimate_input_tokens,
-        unwrap_values=False,
-        label=in_flight_label,
+    run = GuardedRun.start(
+        opts, reset_forced_function=opts.reset_forced_function, unwrap_values=False, label=in_flight_label
     )
-    run.meter.check_output_bound(opts.max_output_tokens)
+    run.check_enforceable(model, opts.max_output_tokens)
     return Loop(
         api,
         run,
@@ -95,21 +77,22 @@ def _prepare(
     )
 
 
-def _bounded(client: Any, request: Request) -> dict[str, Any]:
+def _bounded(client: Any, send: Send) -> dict[str, Any]:
     """The request's keyword arguments, with ``timeout = min(the client's timeout, the time left before the
     deadline)``: a stalled server cannot hold a worker past ``Budget.deadline``."""
-    if request.timeout is None:
-        return request.kwargs
-    own = request.kwargs.get("timeout", getattr(client, "timeout", None))
-    timeout = min(own, request.timeout) if isinstance(own, (int, float)) else request.timeout
-    return {**request.kwargs, "timeout": max(timeout, 0.001)}
+    kwargs: dict[str, Any] = send.request
+    if send.timeout is None:
+        return kwargs
+    own = kwargs.get("timeout", getattr(client, "timeout", None))
+    timeout = min(own, send.timeout) if isinstance(own, (int, float)) else send.timeout
+    return {**kwargs, "timeout": max(timeout, 0.001)}
 
 
 def _sync_performer(client: Any, loop: Loop) -> Callable[[Any], Any]:
     create = loop.api.endpoint(client.with_options(max_retries=0))  # the loop owns retries: one request, one turn
 
     def perform(effect: Any) -> Any:
-        if isinstance(effect, Request):
+        if isinstance(effect, Send):
             return create(**_bounded(client, effect))
         if isinstance(effect, Execute):
             return loop.tools[effect.call.tool].fn(**effect.call.args)
@@ -122,7 +105,7 @@ def _async_performer(client: Any, loop: Loop) -> Callable[[Any], Awaitable[Any]]
     create = loop.api.endpoint(client.with_options(max_retries=0))
 
     async def perform(effect: Any) -> Any:
-        if isinstance(effect, Request):
+        if isinstance(effect, Send):
             return await create(**_bounded(client, effect))
         if isinstance(effect, Execute):
             value = loop.tools[effect.call.tool].fn(**effect.call.args)
@@ -138,10 +121,10 @@ def run_chat_completions(
     model: str,
     messages: Sequence[Any],
     tools: Sequence[GuardedTool],
-    options: LoopOptions | None = None,
-    **fields: Any,
+    options: RunOptions | None = None,
+    **fields: Unpack[LoopFields],
 ) -> Outcome:
-    """Run a guarded Chat Completions tool loop to one :class:`~agents_loopguard.outcome.Outcome`.
+    """Run a guarded Chat Completions tool loop to one :class:`~agents_loopguard.engine.outcome.Outcome`.
 
     The options (:class:`~agents_loopguard.function_calling.LoopOptions`) come as one ``options=`` object, as
     keyword arguments, or both (the keywords win): the task's limits from ``guard=`` or from ``budget=`` (with
@@ -179,8 +162,8 @@ async def arun_chat_completions(
     model: str,
     messages: Sequence[Any],
     tools: Sequence[GuardedTool],
-    options: LoopOptions | None = None,
-    **fields: Any,
+    options: RunOptions | None = None,
+    **fields: Unpack[LoopFields],
 ) -> Outcome:
     """:func:`run_chat_completions` with ``openai.AsyncOpenAI``; tools and ``verify`` may be coroutine functions.
 
@@ -212,8 +195,8 @@ def run_responses(
     input: str | Sequence[Any],
     tools: Sequence[GuardedTool],
     instructions: str | None = None,
-    options: LoopOptions | None = None,
-    **fields: Any,
+    options: RunOptions | None = None,
+    **fields: Unpack[LoopFields],
 ) -> Outcome:
     """Run a guarded Responses API tool loop (``function_call`` items) to one Outcome.
 
@@ -253,8 +236,8 @@ async def arun_responses(
     input: str | Sequence[Any],
     tools: Sequence[GuardedTool],
     instructions: str | None = None,
-    options: LoopOptions | None = None,
-    **fields: Any,
+    options: RunOptions | None = None,
+    **fields: Unpack[LoopFields],
 ) -> Outcome:
     """:func:`run_responses` with ``openai.AsyncOpenAI``; tools and ``verify`` may be coroutine functions.
 

@@ -9,27 +9,18 @@ guarded run's; this module only builds requests and reads responses (see :mod:`.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from ..core import Call, Verdict
-from ..model_errors import classify_model_error
-from ..outcome import Outcome, Reason, Status
-from ..run import Answer, Executed, GuardedRun, ModelAttempt, Sleep
+from ..engine.calls import Call
+from ..engine.outcome import Outcome
+from ..run import Answer, Executed, GuardedRun
+from ..run.conclusion import NO_OUTPUT, Ending, conclude, conclude_now
+from ..run.requests import Failed, model_request
 from .options import LoopOptions
 from .tools import GuardedTool, LoopResult
-from .wire import Api, Proposed, Turn, content, dump
+from .wire import Api, Proposed, content, dump
 
-__all__ = ["Loop", "Request", "conversation_of", "in_flight_label"]
-
-
-@dataclass(frozen=True)
-class Request:
-    """Send one model request (no client retries: the loop owns them)."""
-
-    kwargs: dict[str, Any]
-    timeout: float | None = None
-    """Seconds left before the task's deadline: the request is sent with at most that timeout."""
+__all__ = ["Loop", "conversation_of", "in_flight_label"]
 
 
 def in_flight_label(call: Call) -> str:
@@ -57,53 +48,51 @@ class Loop:
         self.doing = ""
 
     def steps(self) -> Generator[Any, Answer, Outcome]:
-        """The loop. An interrupt (a cancellation, ``KeyboardInterrupt``) ends the task first, with the calls that
-        were in flight, then propagates."""
+        """The loop, then its conclusion (:func:`~agents_loopguard.run.conclusion.conclude`). An exception ends the
+        task first (a programming error: ``stopped/fatal``, re-raised); an interrupt (a cancellation,
+        ``KeyboardInterrupt``) ends it with the calls that were in flight, then propagates."""
         if self.run.guard.outcome is not None:
             return self.run.guard.outcome
         try:
-            return (yield from self._turns())
-        except (Exception, GeneratorExit):
+            ending = yield from self._turns()
+        except GeneratorExit:
             raise
+        except Exception as exc:
+            ending = Ending(error=exc, result=self.result)
         except BaseException as exc:
             during = self.doing or "the loop"
-            verdict = Verdict(Status.STOPPED, Reason.CANCELLED, f"{type(exc).__name__} during {during}")
-            self.run.end(verdict, result=self.result)
+            detail = f"{type(exc).__name__} during {during}"
+            conclude_now(self.run, Ending(cancelled=True, detail=detail, result=self.result))
             raise
+        return (yield from conclude(self.run, ending))
 
-    def _end(self, verdict: Verdict) -> Outcome:
-        return self.run.end(verdict, result=self.result, final_output=self.result.final_text)
+    def _ending(self, **seen: Any) -> Ending:
+        output = self.result.final_text if self.result.final_text is not None else NO_OUTPUT
+        return Ending(**{"output": output, "result": self.result, "tools_offered": bool(self.tools), **seen})
 
-    def _turns(self) -> Generator[Any, Answer, Outcome]:
+    def _turns(self) -> Generator[Any, Answer, Ending]:
         run, api, conversation = self.run, self.api, self.result.conversation
         while True:
             response = yield from self._ask()
-            if isinstance(response, Verdict):
-                return self._end(response)  # a validated done stands without its final answer
+            if isinstance(response, Failed):
+                return self._ending(error=response.error)  # the run's verdict, or the failure it recorded
             self.result.responses.append(response)
             turn = api.read(response)
             if isinstance(turn, str):
-                return self._end(Verdict(Status.STOPPED, Reason.MODEL_BEHAVIOR, turn))
+                return self._ending(stopped_by="model_behavior", detail=turn)
             if run.done is not None:  # the final answer after validated done; calls in it are not executed
                 self.result.final_text = turn.text
-                return self._end(run.done)
+                return self._ending()
             if not turn.calls:
-                return self._end((yield from self._final(turn)))
+                self.result.final_text = turn.text
+                return self._ending(output=turn.text)
             api.append_turn(conversation, response)
             for proposed in turn.calls:
                 executed = yield from self._call(proposed)
                 text = executed.message if executed.message is not None else content(executed.output)
                 api.append_output(conversation, proposed.call_id, text)
-            if run.verdict is not None:
-                return self._end(run.verdict)
-            if run.done is not None and not self.options.final_answer:
-                return self._end(run.done)
-
-    def _final(self, turn: Turn) -> Generator[Any, Answer, Verdict]:
-        self.result.final_text = turn.text
-        check = self.run.final_check(self.options.verify_output, turn.text)
-        answer = (yield check) if check is not None else None
-        return self.run.final_verdict(turn.text, answer, tools_offered=bool(self.tools))
+            if run.verdict is not None or (run.done is not None and not self.options.final_answer):
+                return self._ending()
 
     def _request(self, tool_choice: Any) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model, self.api.conversation_key: list(self.result.conversation)}
@@ -116,44 +105,33 @@ class Loop:
         kwargs.update(self.request_options)
         return kwargs
 
-    def _begin(self) -> ModelAttempt | Verdict:
+    def _ask(self) -> Generator[Any, Answer, Any]:
+        """One model request (:func:`~agents_loopguard.run.requests.model_request`: each attempt reserved, the
+        loop's own retries); returns the response or :class:`~agents_loopguard.run.requests.Failed`."""
         options = self.options
         requested = options.tool_choice if self.tools else None
-        return self.run.begin_model_attempt(
+        steps = model_request(
+            self.run,
             requested,
             offers_tools=bool(self.tools),
             model=self.model,
             request=lambda: self._request(requested),
             max_output_tokens=options.max_output_tokens,
+            retry=options.model_retry,
+            usage=self.api.usage,
+            build=self._attempt,
         )
-
-    def _ask(self) -> Generator[Any, Answer, Any]:
-        """One model request with the loop's own retries; returns the response or a :class:`Verdict`."""
-        run, retry_policy = self.run, self.options.model_retry
-        retry = 0
-        while True:
-            attempt = self._begin()
-            if isinstance(attempt, Verdict):
-                return attempt
-            self.result.attempts += 1
-            self.doing = "a model request"
-            answer = yield Request(self._request(attempt.tool_choice), timeout=attempt.timeout)
+        self.doing = "a model request"
+        try:
+            response = yield from steps
+        finally:
             self.doing = ""
-            if answer.error is None:
-                run.end_model_attempt(attempt, usage=self.api.usage(answer.value))
-                return answer.value
-            failure = classify_model_error(answer.error)
-            if failure is None:
-                raise answer.error  # a programming error (a bad request option...), not an outcome
-            run.end_model_attempt(attempt, failure=failure)
-            wait = run.model_retry(failure, retry=retry, policy=retry_policy)
-            if isinstance(wait, Verdict):
-                return wait
-            if wait > 0:
-                self.doing = "a retry backoff"
-                yield Sleep(wait)
-                self.doing = ""
-            retry += 1
+        return response
+
+    def _attempt(self, tool_choice: Any) -> dict[str, Any]:
+        """The request of one attempt (each one is sent, and counted in ``LoopResult.attempts``)."""
+        self.result.attempts += 1
+        return self._request(tool_choice)
 
     def _call(self, proposed: Proposed) -> Generator[Any, Answer, Executed]:
         """Propose, execute (with the tool's retries), verify and settle one call of the response."""

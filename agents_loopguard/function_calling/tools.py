@@ -9,9 +9,9 @@ from dataclasses import KW_ONLY, dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ..core import Kind
-from ..retry import RetryPolicy
+from ..engine.core import Kind
 from ..run import ToolSpec, declare_tool
+from ..run.retry import RetryPolicy
 
 __all__ = ["GuardedTool", "LoopResult"]
 
@@ -29,7 +29,7 @@ class GuardedTool:
     ``fn`` is called with the model's arguments as keyword arguments (a coroutine function in the async loops).
     ``verify(args, output)`` is the application's trusted check of the result: it returns evidence
     ``{"revision": int, "done": bool, "effect": "none" | "committed" | "not_committed" | "unknown"}`` (see
-    :class:`~agents_loopguard.evidence.Evidence`). A read without ``verify`` is unverified: it never advances the
+    :class:`~agents_loopguard.engine.evidence.Evidence`). A read without ``verify`` is unverified: it never advances the
     revision, and ``Policy.max_unverified`` of them in a row end in ``no_progress``. A write needs ``operation_id``
     (the stable business action, from the arguments) and ``verify``.
 
@@ -48,7 +48,7 @@ class GuardedTool:
     parameters: Mapping[str, Any] = field(default_factory=_empty_object)
     """The JSON schema of the arguments (an object)."""
     kind: Kind = "read"
-    """read, write, poll or page (see :class:`~agents_loopguard.core.Call`)."""
+    """read, write, poll or page (see :class:`~agents_loopguard.engine.core.Call`)."""
     operation_id: Callable[[Mapping[str, Any]], str] | None = None
     """For a write: ``args -> "confirm-order-42-v3"``, the business action, never the model's call id."""
     verify: Callable[[Mapping[str, Any], Any], Any] | None = None

@@ -10,7 +10,7 @@
 
 * :func:`guarded_tool` / :func:`guard_tool`: function tools that declare their kind, a write's operation id, the
   application's ``verify`` and a per-tool ``max_executions`` (every ``function_tool`` keyword too); a refused call
-  never runs the body. :mod:`agents_loopguard.testing` calls one in a unit test, without a model.
+  never runs the body. :mod:`agents_loopguard.sdk.testing` calls one in a unit test, without a model.
 * :func:`run_guarded` / :func:`run_guarded_sync` / :func:`run_guarded_streamed`: run an agent under the task's
   guard (every model attempt and tool execution reserved first; forced ``tool_choice`` released once no work
   remains) and map how the run ended to one :class:`~agents_loopguard.Outcome`.
@@ -18,7 +18,7 @@
   the task's budget (by default) and resumed once, in any process, with the counters continuing.
 """
 
-from ..approvals import ResumeError
+from ..ops.approvals import ResumeError
 from ..run import OnRefusal, ToolSpec
 from ._internal import current_guard
 from .hooks import GuardHooks

@@ -20,14 +20,14 @@ from agents.exceptions import AgentsException
 from agents.tracing import custom_span, get_current_trace
 from agents.tracing.traces import NoOpTrace
 
-from ..core import Call, Guard, Verdict
+from ..engine.core import Call, Guard, Verdict
 from ..run import Execute, Executed, GuardedRun, ToolSpec, adrive, perform_check_async, within_deadline
 
 __all__ = ["ACTIVE_RUN", "Halt", "current_guard", "execute", "maybe_await", "trace_decision"]
 
 
 def trace_decision(event: str, data: dict[str, Any]) -> None:
-    """A :class:`~agents_loopguard.core.Guard` observer: each guard decision becomes a ``loopguard.<event>`` custom
+    """A :class:`~agents_loopguard.Guard` observer: each guard decision becomes a ``loopguard.<event>`` custom
     span in the current Agents SDK trace (nothing when tracing is off or no trace is active). The data carries ids,
     counters and reasons, never arguments or results."""
     current = get_current_trace()

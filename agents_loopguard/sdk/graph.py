@@ -29,7 +29,7 @@ from .hooks import GuardHooks
 from .model import GuardedModel, GuardedModelProvider
 from .tools import guard_undeclared
 
-__all__ = ["guard_agent", "guard_config", "install_nested_guard"]
+__all__ = ["guard_agent", "guard_config", "install_nested_guard", "is_copy"]
 
 _COPY = "_loopguard_copy"
 _COPIES: dict[int, tuple[weakref.ref[Agent[Any]], tuple[int, ...], Agent[Any]]] = {}
@@ -79,6 +79,11 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     return clone
 
 
+def is_copy(agent: Any) -> bool:
+    """True for a guarded copy made by :func:`guard_agent`."""
+    return bool(getattr(agent, _COPY, False))
+
+
 def _forget(key: int) -> None:
     entry = _COPIES.get(key)
     if entry is not None and entry[0]() is None:
@@ -118,6 +123,12 @@ def _nested(run: GuardedRun, agent: Agent[Any], kwargs: dict[str, Any]) -> tuple
     return guard_agent(agent), kwargs
 
 
+def _attached(kwargs: dict[str, Any]) -> Any:
+    """The LoopGuard whose hooks a ``Runner.run`` was given, if any."""
+    hooks = kwargs.get("hooks")
+    return hooks.attached if isinstance(hooks, GuardHooks) else None
+
+
 class _NestedRunGuard(AgentRunner):
     """The SDK's default agent runner, delegating; a run started inside a guarded run is guarded by it."""
 
@@ -126,12 +137,28 @@ class _NestedRunGuard(AgentRunner):
 
     async def run(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
         run = ACTIVE_RUN.get()
+        attached = _attached(kwargs)
+        if run is None and attached is not None:  # the application's own Runner.run with a LoopGuard's hooks
+            starting_agent, input = await attached.enter(starting_agent, input, kwargs)
+            token = ACTIVE_RUN.set(attached.run)
+            try:
+                return await self._inner.run(starting_agent, input, **kwargs)
+            finally:
+                ACTIVE_RUN.reset(token)
         if run is not None:  # idempotent for the guarded run's own call
             starting_agent, kwargs = _nested(run, starting_agent, kwargs)
         return await self._inner.run(starting_agent, input, **kwargs)
 
     def run_streamed(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResultStreaming:
         run = ACTIVE_RUN.get()
+        attached = _attached(kwargs)
+        if run is None and attached is not None:
+            starting_agent = attached.enter_streamed(starting_agent, input, kwargs)
+            token = ACTIVE_RUN.set(attached.run)  # the SDK starts its run task now: that task copies this context
+            try:
+                return self._inner.run_streamed(starting_agent, input, **kwargs)
+            finally:
+                ACTIVE_RUN.reset(token)
         if run is not None:
             starting_agent, kwargs = _nested(run, starting_agent, kwargs)
         return self._inner.run_streamed(starting_agent, input, **kwargs)

@@ -31,15 +31,23 @@ _UNDECLARED = ToolSpec(kind="read", declared=False)
 class GuardHooks(RunHooks[Any]):
     """The hooks a guarded run attaches (the entry points do it; pass your own with ``hooks=``)."""
 
-    def __init__(self, run: GuardedRun, inner: RunHooks[Any] | None = None) -> None:
+    def __init__(self, run: GuardedRun, inner: RunHooks[Any] | None = None, *, attached: Any = None) -> None:
         self._run = run
         self._inner = inner
+        self.attached = attached
+        """The :class:`~agents_loopguard.sdk.LoopGuard` these hooks came from, when they were handed over for the
+        application's own ``Runner.run`` (the wrapped default agent runner then guards that run)."""
         self._unwrapped: dict[Any, Generator[Any, Answer, Executed]] = {}
 
     @property
     def run(self) -> GuardedRun:
         """The guarded run these hooks belong to."""
         return self._run
+
+    @property
+    def inner(self) -> RunHooks[Any] | None:
+        """The application's own hooks, run after the guard's."""
+        return self._inner
 
     async def on_agent_start(self, context: AgentHookContext[Any], agent: Any) -> None:
         if self._inner is not None:

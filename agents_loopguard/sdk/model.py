@@ -14,10 +14,9 @@ abandoned: the run ends ``stopped/deadline``.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -33,11 +32,10 @@ from agents.models.openai_responses import OpenAIResponsesModel
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest, ModelRetryNormalizedError
 from agents.tool import Tool
 
-from ..core import Verdict
-from ..model_errors import ModelFailure, classify_model_error
-from ..outcome import Reason
-from ..retry import NO_RETRY, RetryPolicy
-from ..run import DeadlineExceeded, GuardedRun, ModelAttempt, within_deadline
+from ..engine.outcome import Reason
+from ..run import Answer, GuardedRun, Sleep, adrive, perform_check_async, within_deadline
+from ..run.requests import Failed, Send, model_request
+from ..run.retry import RetryPolicy
 from ._internal import ACTIVE_RUN, Halt
 
 if TYPE_CHECKING:
@@ -69,15 +67,6 @@ def _with_timeout(model: Model, settings: ModelSettings, timeout: float | None) 
     own = extra.get("timeout", getattr(getattr(model, "_client", None), "timeout", None))
     extra["timeout"] = max(0.001, min(own, timeout) if isinstance(own, (int, float)) else timeout)
     return dataclasses.replace(settings, extra_args=extra)
-
-
-def _failure(error: BaseException) -> ModelFailure:
-    """An openai client error as classified for every adapter; anything else traced under its class name."""
-    failure = classify_model_error(error)
-    if failure is None:
-        name = type(error).__name__
-        failure = ModelFailure("fatal", False, None, True, name, f"{name}: {error}")
-    return failure
 
 
 def _usage(response: Any) -> tuple[int, int] | None:
@@ -134,36 +123,30 @@ class GuardedModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
-        policy = RetryPolicy(max_retries=_provider_retries(self._inner))
-        retry = 0
-        while True:  # the client's own retries, taken over: every HTTP attempt is reserved first
-            attempt, settings = self._begin(model_settings, tools, handoffs, system_instructions, input)
-            try:
-                with provider_managed_retries_disabled(True):
-                    response = await within_deadline(
-                        self._inner.get_response(
-                            system_instructions,
-                            input,
-                            settings,
-                            tools,
-                            output_schema,
-                            handoffs,
-                            tracing,
-                            previous_response_id=previous_response_id,
-                            conversation_id=conversation_id,
-                            prompt=prompt,
-                        ),
-                        attempt.timeout,
-                    )
-            except Exception as exc:
-                wait = self._failed(attempt, exc, retry=retry, policy=policy)
-                if wait is None:
-                    raise
-                await asyncio.sleep(wait)
-                retry += 1
-                continue
-            self._run.end_model_attempt(attempt, usage=_usage(response))
-            return response
+        steps = self._request(model_settings, tools, handoffs, system_instructions, input, usage=_usage)
+
+        async def perform(effect: Send | Sleep) -> Any:
+            if isinstance(effect, Sleep):
+                return await perform_check_async(effect)
+            with provider_managed_retries_disabled(True):  # the client's own retries, taken over
+                return await within_deadline(
+                    self._inner.get_response(
+                        system_instructions,
+                        input,
+                        self._settings(model_settings, effect),
+                        tools,
+                        output_schema,
+                        handoffs,
+                        tracing,
+                        previous_response_id=previous_response_id,
+                        conversation_id=conversation_id,
+                        prompt=prompt,
+                    ),
+                    effect.timeout,
+                )
+
+        response: ModelResponse = _response(await adrive(steps, perform))
+        return response
 
     async def stream_response(
         self,
@@ -179,65 +162,55 @@ class GuardedModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        policy = RetryPolicy(max_retries=_provider_retries(self._inner))
-        retry = 0
+        steps = self._request(model_settings, tools, handoffs, system_instructions, input, usage=lambda usage: usage)
+        effect = next(steps)
         while True:  # retried only before the first event (what the client's own retries could do)
-            attempt, settings = self._begin(model_settings, tools, handoffs, system_instructions, input)
-            usage: tuple[int, int] | None = None
-            started = False
+            if isinstance(effect, Sleep):
+                await perform_check_async(effect)
+                answer = Answer()
+            else:
+                usage: tuple[int, int] | None = None
+                started = False
+                try:
+                    with provider_managed_retries_disabled(True):
+                        events = self._inner.stream_response(
+                            system_instructions,
+                            input,
+                            self._settings(model_settings, effect),
+                            tools,
+                            output_schema,
+                            handoffs,
+                            tracing,
+                            previous_response_id=previous_response_id,
+                            conversation_id=conversation_id,
+                            prompt=prompt,
+                        )
+                        async for event in _until_deadline(events, self._run):
+                            started = True
+                            usage = _usage(getattr(event, "response", None)) or usage
+                            yield event
+                except Exception as exc:
+                    answer = Answer(error=exc, retryable=not started)
+                else:
+                    answer = Answer(usage)
             try:
-                with provider_managed_retries_disabled(True):
-                    events = self._inner.stream_response(
-                        system_instructions,
-                        input,
-                        settings,
-                        tools,
-                        output_schema,
-                        handoffs,
-                        tracing,
-                        previous_response_id=previous_response_id,
-                        conversation_id=conversation_id,
-                        prompt=prompt,
-                    )
-                    async for event in _until_deadline(events, self._run):
-                        started = True
-                        usage = _usage(getattr(event, "response", None)) or usage
-                        yield event
-            except Exception as exc:
-                wait = self._failed(attempt, exc, retry=retry, policy=policy if not started else NO_RETRY)
-                if wait is None:
-                    raise
-                await asyncio.sleep(wait)
-                retry += 1
-                continue
-            self._run.end_model_attempt(attempt, usage=usage)
-            return
+                effect = steps.send(answer)
+            except StopIteration as stop:
+                _response(stop.value)
+                return
 
-    def _failed(self, attempt: ModelAttempt, error: Exception, *, retry: int, policy: RetryPolicy) -> float | None:
-        """Settle a failed attempt; return the wait before a retry, or ``None`` to let the error go on (the SDK's
-        own handling then decides). Past the deadline the run ends with ``stopped/deadline``."""
-        if isinstance(error, DeadlineExceeded):
-            self._run.end_model_attempt(attempt, failure=_failure(error))
-            raise Halt(self._run.deadline_verdict("a model request")) from error
-        failure = _failure(error)
-        self._run.end_model_attempt(attempt, failure=failure)
-        wait = self._run.model_retry(failure, retry=retry, policy=policy)
-        if isinstance(wait, Verdict):
-            if wait.reason is Reason.DEADLINE:
-                raise Halt(self._run.stop(wait)) from error
-            return None
-        return wait
-
-    def _begin(
+    def _request(
         self,
         settings: ModelSettings,
         tools: list[Tool],
         handoffs: list[Handoff],
         instructions: str | None,
         input: str | list[TResponseInputItem],
-    ) -> tuple[ModelAttempt, ModelSettings]:
-        """Reserve the attempt (its worst-case cost and tokens, then the turn; a refusal ends the run, never
-        retried) and take the guard's ``tool_choice``."""
+        *,
+        usage: Any,
+    ) -> Generator[Send | Sleep, Answer, Any]:
+        """The guarded run's model request (each attempt reserved: its worst-case cost and tokens, then the turn;
+        a refusal ends the run, never retried), with the retries the client would have made."""
 
         def request() -> dict[str, Any]:  # what the prompt is made of, for the input estimate
             offered = [
@@ -251,18 +224,22 @@ class GuardedModel(Model):
             return {"instructions": instructions, "input": input, "tools": offered}
 
         name = getattr(self._inner, "model", None)
-        attempt = self._run.begin_model_attempt(
+        return model_request(
+            self._run,
             settings.tool_choice,
             offers_tools=bool(tools or handoffs),
             model=name if isinstance(name, str) else None,
             request=request,
             max_output_tokens=settings.max_tokens,
+            retry=RetryPolicy(max_retries=_provider_retries(self._inner)),
+            usage=usage,
         )
-        if isinstance(attempt, Verdict):
-            raise Halt(attempt)
-        if attempt.tool_choice != settings.tool_choice:
-            settings = dataclasses.replace(settings, tool_choice=attempt.tool_choice)
-        return attempt, _with_timeout(self._inner, settings, attempt.timeout)
+
+    def _settings(self, settings: ModelSettings, send: Send) -> ModelSettings:
+        """The attempt's settings: the guard's ``tool_choice`` (R12) and the deadline's timeout."""
+        if send.tool_choice != settings.tool_choice:
+            settings = dataclasses.replace(settings, tool_choice=send.tool_choice)
+        return _with_timeout(self._inner, settings, send.timeout)
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """The inner model's advice, except for a guard refusal: that is an abort, which no retry policy overrides."""
@@ -279,6 +256,17 @@ class GuardedModel(Model):
 
     async def _cleanup_on_run_end(self, owner: object) -> None:
         await self._inner._cleanup_on_run_end(owner)
+
+
+def _response(outcome: Any) -> Any:
+    """The response of a model request; a refusal or the deadline halts the run, any other failure is re-raised
+    for the SDK's own handling (its retry policy, then the run's conclusion)."""
+    if not isinstance(outcome, Failed):
+        return outcome
+    if outcome.error is None or (outcome.verdict is not None and outcome.verdict.reason is Reason.DEADLINE):
+        assert outcome.verdict is not None
+        raise Halt(outcome.verdict) from outcome.error
+    raise outcome.error
 
 
 async def _until_deadline(events: AsyncIterator[Any], run: GuardedRun) -> AsyncIterator[Any]:

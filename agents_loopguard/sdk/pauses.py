@@ -6,7 +6,7 @@ the pending calls (call id, tool, canonical arguments, a write's operation id) a
 points (:func:`~agents_loopguard.sdk.run_guarded` and its twins) do this by default; the outcome is
 ``needs_human/approval`` with :attr:`~agents_loopguard.Outcome.pause_id`.
 
-An operator decides (``loopguard --db URL approve PAUSE --who ana``, or :func:`agents_loopguard.approvals.decide`),
+An operator decides (``loopguard --db URL approve PAUSE --who ana``, or :func:`agents_loopguard.ops.approvals.decide`),
 and :func:`resume_guarded` continues the run, in a fresh process that has only the application's agent code. It
 checks the digest, the decisions and the task before anything runs, claims the pause (one claimer wins: a pause
 resumes at most once), records the ``resume`` transition (who, when, which decisions), applies the decisions to
@@ -18,8 +18,8 @@ Refusals are exceptions, raised before anything runs and before the pause is cla
 =================================================  =====================================================
 :class:`ResumeError`                               unknown pause, a pause of another task, a state this
                                                    agent cannot restore, interruptions that do not match
-:class:`~agents_loopguard.approvals.PauseTampered`  the stored pause does not match its digest
-:class:`~agents_loopguard.approvals.DecisionError`  decisions naming calls the pause does not hold, an
+:class:`~agents_loopguard.ops.approvals.PauseTampered`  the stored pause does not match its digest
+:class:`~agents_loopguard.ops.approvals.DecisionError`  decisions naming calls the pause does not hold, an
                                                    undecided call, decisions that contradict recorded ones
 :class:`~agents_loopguard.PauseAlreadyResumed`      another process resumed (or is resuming) the pause
 =================================================  =====================================================
@@ -35,9 +35,9 @@ from agents import FunctionTool
 from agents.items import ToolApprovalItem
 from agents.result import RunResult, RunResultBase, RunResultStreaming
 
-from ..approvals import ResumeError
-from ..canonical import CanonicalError, canonical_json, redact
-from ..core import Guard
+from ..engine.canonical import CanonicalError, canonical_json, redact
+from ..engine.core import Guard
+from ..ops.approvals import ResumeError
 from .tools import tool_spec
 
 __all__ = ["pending_calls", "persist_pause", "waiting_detail"]

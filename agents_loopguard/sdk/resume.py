@@ -1,18 +1,20 @@
 """Resume a stored approval pause once, in any process, with the task's counters continuing.
 
 The checks (digest, decisions, the pause's task, resumed once) and the claim are framework-free
-(:mod:`agents_loopguard.approvals`); this module restores the SDK's ``RunState`` against the application's agents,
+(:mod:`agents_loopguard.ops.approvals`); this module restores the SDK's ``RunState`` against the application's agents,
 applies the decisions to exactly the pause's pending calls, and continues the run under the *same* task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents import Agent, RunState
+from typing_extensions import Unpack
 
-from ..approvals import (
+from ..engine.outcome import Outcome
+from ..ops.approvals import (
     APPROVE,
     DecisionError,
     ResumeError,
@@ -20,13 +22,11 @@ from ..approvals import (
     decisions_for,
     load_for_resume,
 )
-from ..budget import Policy
-from ..core import Guard
-from ..outcome import Outcome
-from ..store.base import PauseRecord, Store
+from ..run import RunOptions
+from ..store.base import PauseRecord
+from ..store.defaults import default_store
 from .claims import ClaimedState
-from .pauses import persist_pause
-from .run import run_guarded, run_sync
+from .run import RUNNER_KEYWORDS, SdkRunFields, run_guarded, run_sync
 
 __all__ = ["resume_guarded", "resume_guarded_sync"]
 
@@ -58,44 +58,41 @@ async def resume_guarded(
     agent: Agent[Any],
     pause_id: str,
     *,
-    store: Store,
-    who: str,
     decisions: Mapping[str, str] | None = None,
     why: str = "",
-    task_id: str | None = None,
     rejection_message: str | None = None,
     context_deserializer: Callable[[Mapping[str, Any]], Any] | None = None,
     context_override: Any = None,
-    policy: Policy | None = None,
-    secrets: Iterable[str] = (),
-    **run_options: Any,
+    options: RunOptions | None = None,
+    **fields: Unpack[SdkRunFields],
 ) -> Outcome:
     """Resume a stored approval pause under the same task: same global budget, counters continuing.
 
     Args:
         agent: the application's agent (the same graph that paused; agents are matched by name).
         pause_id: the pause to resume (``Outcome.pause_id``).
-        store: the task's store (the one the pause was saved in).
-        who: who resumes (recorded in the ``resume`` transition with the time and the decisions applied).
         decisions: ``{call_id: "approve" | "reject"}`` for every pending call of this pause and nothing else;
             ``None`` applies the decisions an operator recorded (``loopguard approve``, ``approvals.decide``).
         why: recorded with the transition.
-        task_id: optional: the task the caller means; a pause of another task is refused.
         rejection_message: what the model reads for a rejected call (the SDK's default otherwise).
         context_deserializer, context_override: as for ``RunState.from_string`` (a context that is not a dict).
-        policy, secrets: the task's :class:`~agents_loopguard.Policy` and secrets, as the application runs it.
-        **run_options: passed to :func:`~agents_loopguard.sdk.run_guarded` (``verify_output``, ``on_refusal``,
-            ``on_pause``, ``hooks``, ``run_config``, ``context``...).
+        options, **fields: ``who=`` (required): who resumes, recorded in the ``resume`` transition with the time and
+            the decisions applied; the run's :class:`~agents_loopguard.RunOptions` (``store=``: the store the pause was
+            saved in, default the persistent store ``run_guarded`` uses; ``task_id=``: optional, the task the
+            caller means, a pause of another task is refused; ``policy=``, ``secrets=``, ``verify_output=``,
+            ``on_refusal=``, ``on_pause=``...) and ``Runner.run``'s keywords (``hooks``, ``run_config``,
+            ``context``...). A resume continues the pause's own task and budget: ``guard=`` and ``budget=`` are
+            refused.
 
     Raises (before the pause is claimed and before anything runs): :class:`ResumeError`,
-    :class:`~agents_loopguard.approvals.PauseTampered`, :class:`~agents_loopguard.approvals.DecisionError`, and
+    :class:`~agents_loopguard.ops.approvals.PauseTampered`, :class:`~agents_loopguard.ops.approvals.DecisionError`, and
     :class:`~agents_loopguard.PauseAlreadyResumed` when another process resumed it (or won the race to).
 
     >>> import asyncio
     >>> from agents import Agent, function_tool, set_tracing_disabled
     >>> from agents.testing import ScriptedModel, assistant_message, function_call
     >>> from agents_loopguard import Budget, MemoryStore
-    >>> from agents_loopguard.approvals import decide
+    >>> from agents_loopguard.ops.approvals import decide
     >>> from agents_loopguard.sdk import run_guarded
     >>> set_tracing_disabled(True)
     >>> @function_tool(needs_approval=True)
@@ -113,12 +110,17 @@ async def resume_guarded(
     >>> paused.used.models, resumed.used.models, resumed.used.tools, store.transitions("ops-1")[0].decisions
     (1, 2, 1, {'c1': 'approve'})
     """
+    passed: dict[str, Any] = dict(fields)
+    runner = {name: passed.pop(name) for name in RUNNER_KEYWORDS if name in passed}
+    opts = RunOptions.merge(options, passed)
+    who = opts.who
     if not who:
         raise DecisionError("a resume is recorded with who resumes: pass who=")
-    for key in ("guard", "budget"):
-        if key in run_options:
-            raise TypeError(f"resume_guarded() got {key}=: a resume continues the pause's own task and budget")
-    record = load_for_resume(store, pause_id, task_id=task_id)
+    if opts.guard is not None or opts.budget is not None:
+        named = "guard" if opts.guard is not None else "budget"
+        raise TypeError(f"resume_guarded() got {named}=: a resume continues the pause's own task and budget")
+    store = opts.store if opts.store is not None else default_store()
+    record = load_for_resume(store, pause_id, task_id=opts.task_id)
     chosen = decisions_for(record, decisions)
     state = await _restore(agent, record, context_deserializer=context_deserializer, context_override=context_override)
     claimed, transition = claim_for_resume(store, record, chosen, who=who, why=why, given=decisions is not None)
@@ -128,9 +130,8 @@ async def resume_guarded(
             state.approve(item)
         else:
             state.reject(item, rejection_message=rejection_message)
-    guard = Guard(budget=claimed.budget, store=store, task_id=claimed.task_id, policy=policy, secrets=secrets)
-    run_options.setdefault("on_pause", persist_pause)
-    return await run_guarded(agent, ClaimedState(state), guard=guard, **run_options)
+    resumed = opts.continuing(None, task_id=claimed.task_id, budget=claimed.budget, store=store)
+    return await run_guarded(agent, ClaimedState(state), options=resumed, **runner)
 
 
 def resume_guarded_sync(agent: Agent[Any], pause_id: str, **kwargs: Any) -> Outcome:

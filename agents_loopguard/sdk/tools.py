@@ -40,7 +40,7 @@ from agents.function_schema import DocstringStyle
 from agents.tool import ToolErrorFunction, ToolFunction, ToolTimeoutBehavior
 from agents.tool_context import ToolContext
 
-from ..core import Kind
+from ..engine.core import Kind
 from ..run import Executed, GuardedRun, ToolSpec, Verify, declare_tool
 from ._internal import ACTIVE_RUN, execute
 

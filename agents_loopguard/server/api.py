@@ -1,6 +1,6 @@
 """The JSON API, version 1 (``/api/v1``): the operator's views and actions, and trigger activations for workflows.
 
-Every route is a thin translation of :mod:`agents_loopguard.operator` (tasks, pauses, decisions, stops,
+Every route is a thin translation of :mod:`agents_loopguard.ops.operator` (tasks, pauses, decisions, stops,
 reconciliation, recovery) or of :mod:`agents_loopguard.server.workflows` (activations): request bodies become keyword
 arguments, the authenticated token's name becomes ``who``, and the functions' errors become JSON with the status of
 their family (400 bad input, 404 unknown id, 409 refused by state, 503 store). Scopes: ``operator`` for everything,
@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import operator
-from ..budget import Budget
+from ..engine.budget import Budget
+from ..ops import operator
 from ..store.base import Store
 from . import workflows
 from .auth import Forbidden, api_caller, api_operator

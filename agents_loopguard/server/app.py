@@ -20,8 +20,8 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
-from ..canonical import redact
-from ..errors import LoopguardError, error_kind, exit_code, http_status
+from ..engine.canonical import redact
+from ..engine.errors import LoopguardError, error_kind, exit_code, http_status
 from ..store.base import Store
 from . import api, console
 from .auth import AuthError, NeedsLogin, Unauthorized

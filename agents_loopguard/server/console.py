@@ -1,4 +1,4 @@
-"""The operators' web console: server-rendered pages over :mod:`agents_loopguard.operator`, no front-end build.
+"""The operators' web console: server-rendered pages over :mod:`agents_loopguard.ops.operator`, no front-end build.
 
 Pages: the approvals inbox (``/``), tasks with status filters (``/tasks``), a task with its timeline and ledger
 (``/tasks/{id}``), a pause (``/pauses/{id}``). Forms: approve or reject a pause's calls with a note, stop a task,
@@ -23,8 +23,8 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
-from .. import operator
-from ..errors import InputError, LoopguardError
+from ..engine.errors import InputError, LoopguardError
+from ..ops import operator
 from ..store.base import Store
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, Forbidden, check_csrf, console_session
 from .config import ServerConfig

@@ -38,12 +38,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..budget import Budget
-from ..core import Call, Guard, Ticket, Verdict
-from ..errors import InputError, NotFoundError, StateError
-from ..outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from ..engine.budget import Budget
+from ..engine.core import Call, Guard, Ticket, Verdict
+from ..engine.errors import InputError, NotFoundError, StateError
+from ..engine.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from ..ops.triggers import TriggerGuard
 from ..store.base import Activation, OperationRecord, OperationState, Store
-from ..triggers import TriggerGuard
 
 __all__ = ["DEFAULT_BUDGET", "Write", "activation_view", "finish_activation", "start_activation"]
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from ..budget import Budget
-from ..canonical import redact
-from ..errors import InputError, NotFoundError, StateError, StoreError
-from ..outcome import Reason, Usage
+from ..engine.budget import Budget
+from ..engine.canonical import redact
+from ..engine.errors import InputError, NotFoundError, StateError, StoreError
+from ..engine.outcome import Reason, Usage
 
 __all__ = [
     "MAX_CHAIN_WALK",
@@ -86,7 +86,7 @@ def operation_blocks(state: OperationState | str, payload: str, fingerprint: str
 
 def operator_text(text: str, secrets: Iterable[str] = ()) -> str:
     """An operator's free text (who, why, a decision note, a stop reason) as it may be stored: credentials and the
-    ``secrets`` given replaced by ``[redacted]`` (:func:`agents_loopguard.canonical.redact`).
+    ``secrets`` given replaced by ``[redacted]`` (:func:`agents_loopguard.engine.canonical.redact`).
 
     >>> operator_text("ops password=hunter2"), operator_text("ana on call", secrets=["on call"])
     ('ops password=[redacted]', 'ana [redacted]')
@@ -282,7 +282,7 @@ class PauseRecord:
     decided_by: str | None = None
     decisions_digest: str | None = None
     """The digest of the recorded decisions, over the pause, the decisions and who decided
-    (:func:`agents_loopguard.approvals.decisions_digest`); None before an operator decided."""
+    (:func:`agents_loopguard.ops.approvals.decisions_digest`); None before an operator decided."""
 
 
 @dataclass(frozen=True)

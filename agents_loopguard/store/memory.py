@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..budget import Budget
-from ..outcome import Reason, Usage
+from ..engine.budget import Budget
+from ..engine.outcome import Reason, Usage
 from .base import (
     MAX_CHAIN_WALK,
     Activation,

@@ -29,10 +29,9 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message
 from agents.testing import function_call as sdk_function_call
 
 from agents_loopguard import MemoryStore, Outcome
-from agents_loopguard.function_calling import GuardedTool, LoopOptions
-from agents_loopguard.openai_loop import arun_responses, run_chat_completions
-from agents_loopguard.retry import RetryPolicy
-from agents_loopguard.run import forced_name
+from agents_loopguard.function_calling import GuardedTool, LoopOptions, arun_responses, run_chat_completions
+from agents_loopguard.run.guarded import forced_name
+from agents_loopguard.run.retry import RetryPolicy
 from agents_loopguard.sdk import guarded_tool
 from tests.support.scripted_openai import (
     ScriptedOpenAIServer,

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 
 from agents_loopguard import Outcome
-from agents_loopguard.openai_loop import (
+from agents_loopguard.function_calling import (
     GuardedTool,
     RetryPolicy,
     arun_chat_completions,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from agents_loopguard.stops import StopEvent
+from agents_loopguard.ops.stops import StopEvent
 
 
 def record(event: StopEvent) -> None:

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the application's co
 import pause_app
 
 from agents_loopguard import Status
-from agents_loopguard.approvals import decide
 from agents_loopguard.cli import main as loopguard
+from agents_loopguard.ops.approvals import decide
 from agents_loopguard.sdk import resume_guarded_sync
 from agents_loopguard.store.sql import SQLStore
 

@@ -15,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agents_loopguard import Budget, Guard, Ticket, Verdict, create_runner
+from agents_loopguard import Budget, Guard, Verdict, create_runner
+from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import SQLStore
 
 BIG = Budget(model_turns=10**6, tool_executions=10**6)

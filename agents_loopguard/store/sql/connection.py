@@ -31,7 +31,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ...errors import NotFoundError, StoreError
+from ...engine.errors import NotFoundError, StoreError
 from .faults import connection_lost, database_fault, folder_fault, one_line, open_fault
 from .schema import check_schema_version, create_schema, refuse_unless_empty, survey
 
@@ -356,7 +356,7 @@ class Database:
         single statement it is (PostgreSQL autocommit at REPEATABLE READ). Retries a step that lost a race (on
         PostgreSQL queued on ``task``'s advisory lock, see :data:`_PG_QUEUE_SECONDS`), and (SQLite) waits for the
         write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database fault is a
-        :class:`~agents_loopguard.errors.StoreError` (the step rolled back)."""
+        :class:`~agents_loopguard.StoreError` (the step rolled back)."""
         busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
         key = _lock_key(task) if self.postgres and task is not None else None
         attempt = 0

@@ -1,7 +1,7 @@
 """What the store says when the database fails it: one line, naming the store, saying what to do.
 
 Every fault of the database or of the file system under it reaches the caller as a
-:class:`~agents_loopguard.errors.StoreError` worded here: a path that cannot hold a database, a file that cannot be
+:class:`~agents_loopguard.StoreError` worded here: a path that cannot hold a database, a file that cannot be
 written, a full disk, a connection lost in the middle of a step, a server that cannot be reached. Nothing of a step
 that failed is kept: SQLite steps are transactions (rolled back), PostgreSQL steps are single statements or
 transactions (atomic on the server).
@@ -13,7 +13,7 @@ import errno
 import os
 from pathlib import Path
 
-from ...errors import StoreError
+from ...engine.errors import StoreError
 
 __all__ = ["connection_lost", "database_fault", "folder_fault", "one_line", "open_fault"]
 

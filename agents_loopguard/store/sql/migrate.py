@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
-from ...errors import StoreError
+from ...engine.errors import StoreError
 from .connection import Database
 from .faults import database_fault, open_fault
 from .schema import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE, Survey, refuse_unless_empty, revision_of, survey
@@ -48,8 +48,8 @@ class Migration:
 def migrate(url: str | URL | None = None, *, dry_run: bool = False) -> Migration:
     """Bring the store at ``url`` (else ``$LOOPGUARD_DATABASE_URL``, else the default file) to :data:`SCHEMA_VERSION`.
 
-    Raises :class:`~agents_loopguard.errors.NotFoundError` when there is no store there, and
-    :class:`~agents_loopguard.errors.StoreError` for a database that is not a loopguard store or was written by a
+    Raises :class:`~agents_loopguard.NotFoundError` when there is no store there, and
+    :class:`~agents_loopguard.StoreError` for a database that is not a loopguard store or was written by a
     newer agents_loopguard.
 
     >>> import tempfile

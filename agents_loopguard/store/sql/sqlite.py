@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ...errors import InputError
-from ...outcome import Reason, Usage
+from ...engine.errors import InputError
+from ...engine.outcome import Reason, Usage
 from ..base import (
     MAX_CHAIN_WALK,
     Activation,

@@ -12,8 +12,8 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite as lite
 from sqlalchemy.engine import URL
 
-from ...budget import Budget
-from ...outcome import Usage
+from ...engine.budget import Budget
+from ...engine.outcome import Usage
 from ..base import (
     Activation,
     Grant,
@@ -81,7 +81,7 @@ class SQLStore(Store):
     * ``create=True`` (the default, for the workers that write): a missing SQLite file (and its folder) is created,
       and an *empty* database (PostgreSQL: the first schema of the ``search_path``) gets the tables;
     * ``create=False`` (commands that act on an existing store): nothing is created; a missing SQLite file is
-      :class:`~agents_loopguard.errors.NotFoundError` ``no loopguard store at PATH``, and so is an empty database;
+      :class:`~agents_loopguard.NotFoundError` ``no loopguard store at PATH``, and so is an empty database;
     * ``readonly=True`` (commands and APIs that only read; implies ``create=False``): nothing is ever written; the
       SQLite file is opened read-only (``?mode=ro``, so a read-only file or folder can be inspected), PostgreSQL
       sessions are read-only, and a step that would write is refused with a ``StoreError``;
@@ -90,7 +90,7 @@ class SQLStore(Store):
       upgrade agents_loopguard.
 
     Every fault of the database or its disk (a path that cannot hold a file, missing permissions, a full disk, a
-    connection lost mid-step, a server that cannot be reached) is a :class:`~agents_loopguard.errors.StoreError`
+    connection lost mid-step, a server that cannot be reached) is a :class:`~agents_loopguard.StoreError`
     of one line that names the store (the password hidden); the step that failed kept nothing.
 
     >>> import tempfile
@@ -106,7 +106,7 @@ class SQLStore(Store):
     1
     >>> SQLStore(f"sqlite:///{folder}/typo.db", create=False)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    agents_loopguard.errors.NotFoundError: no loopguard store at .../typo.db
+    agents_loopguard.engine.errors.NotFoundError: no loopguard store at .../typo.db
     """
 
     def __init__(

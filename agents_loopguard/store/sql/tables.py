@@ -13,8 +13,8 @@ from sqlalchemy import BigInteger, Integer, Table, Text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from ...budget import Budget
-from ...outcome import Reason, Usage
+from ...engine.budget import Budget
+from ...engine.outcome import Reason, Usage
 from ..base import (
     Activation,
     OperationRecord,
@@ -301,7 +301,7 @@ def task_state(row: Any) -> TaskState:
 
 
 TOKEN_LIMIT_COLUMNS = ("input_token_limit", "output_token_limit", "total_token_limit")
-"""The columns of a :class:`~agents_loopguard.budget.Budget`'s token limits (input, output, total), in its order."""
+"""The columns of a :class:`~agents_loopguard.Budget`'s token limits (input, output, total), in its order."""
 
 
 def budget_params(limits: Budget) -> dict[str, Any]:

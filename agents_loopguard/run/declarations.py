@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .calls import KINDS, Kind
+from ..engine.calls import KINDS, Kind
 from .retry import NO_RETRY, RetryPolicy
 
 __all__ = ["ToolSpec", "Verify", "declare_tool", "parse_arguments"]

@@ -1,7 +1,7 @@
 """Recovery after a terminal outcome: reconcile an operation with an unknown result, or reopen a stopped task.
 
 Both are explicit, recorded decisions (who, when, why) stored as transitions linked to the task's last outcome.
-Neither resets a counter, and the :class:`~agents_loopguard.core.Guard` that ended stays ended: the next run builds a
+Neither resets a counter, and the :class:`~agents_loopguard.Guard` that ended stays ended: the next run builds a
 new guard on the same task, which continues the same global budget.
 """
 
@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical import redact
-from .errors import InputError, NotFoundError, StateError, StoreError
-from .outcome import NextAction, Status
-from .store.base import OperationRecord, OperationState, Store, TransitionRecord, operator_text
+from ..engine.canonical import redact
+from ..engine.errors import InputError, NotFoundError, StateError, StoreError
+from ..engine.outcome import NextAction, Status
+from ..store.base import OperationRecord, OperationState, Store, TransitionRecord, operator_text
 
 __all__ = [
     "Reconciliation",

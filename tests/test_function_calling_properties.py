@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget, Guard, MemoryStore, Outcome, RecoveryRecord, Status
-from agents_loopguard.openai_loop import RetryPolicy
+from agents_loopguard.function_calling import RetryPolicy
 from tests.support.scripted_openai import (
     ScriptedOpenAIServer,
     dynamic,

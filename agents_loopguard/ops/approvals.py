@@ -22,16 +22,17 @@ a writer deleting a pause, or replaying an older pause and its decisions of the 
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
 
-from .canonical import canonical_json
-from .errors import InputError, NotFoundError, StateError
-from .store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord, operator_text
+from ..engine.canonical import canonical_json
+from ..engine.digests import KEYED as _KEYED
+from ..engine.digests import PAUSE_KEY_ENV, pause_body, pause_digest
+from ..engine.digests import digest_key as _key
+from ..engine.digests import seal as _seal
+from ..engine.errors import InputError, NotFoundError, StateError
+from ..store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord, operator_text
 
 __all__ = [
     "APPROVE",
@@ -57,9 +58,6 @@ __all__ = [
 
 APPROVE = "approve"
 REJECT = "reject"
-PAUSE_KEY_ENV = "LOOPGUARD_PAUSE_KEY"
-"""The environment variable that holds the key of the pause digests (read when a function gets no ``key=``)."""
-_KEYED = "hmac-sha256:"
 
 
 class DecisionError(InputError):
@@ -86,21 +84,6 @@ class PauseKeyMissing(StateError):
     """The pause (or its decisions) is sealed with a key this process was not given: it cannot be checked."""
 
 
-def _key(key: str | bytes | None) -> bytes | None:
-    """The key to seal and check digests with: ``key``, else ``$LOOPGUARD_PAUSE_KEY``; None without one (an empty
-    ``key`` means none, whatever the environment says)."""
-    chosen = os.environ.get(PAUSE_KEY_ENV) if key is None else key
-    if not chosen:
-        return None
-    return chosen.encode() if isinstance(chosen, str) else chosen
-
-
-def _seal(body: bytes, key: bytes | None) -> str:
-    if key is None:
-        return hashlib.sha256(body).hexdigest()
-    return _KEYED + hmac.new(key, body, hashlib.sha256).hexdigest()
-
-
 def _matches(stored: str, body: bytes, key: bytes | None, what: str) -> bool:
     """Whether ``stored`` seals ``body``; a keyed digest without the key cannot be checked (an error)."""
     if stored.startswith(_KEYED) and key is None:
@@ -108,10 +91,6 @@ def _matches(stored: str, body: bytes, key: bytes | None, what: str) -> bool:
             f"{what} is sealed with a key: set ${PAUSE_KEY_ENV} (or pass key=) to check it; nothing was run"
         )
     return hmac.compare_digest(stored, _seal(body, key))
-
-
-def _pause_body(task_id: str, state: str, pending_calls: Sequence[Mapping[str, Any]]) -> bytes:
-    return canonical_json({"task_id": task_id, "state": state, "pending_calls": [dict(c) for c in pending_calls]})
 
 
 def _decisions_body(record: PauseRecord, decisions: Mapping[str, str], decided_by: str) -> bytes:
@@ -124,20 +103,6 @@ def _decisions_body(record: PauseRecord, decisions: Mapping[str, str], decided_b
             "decided_by": decided_by,
         }
     )
-
-
-def pause_digest(
-    task_id: str, state: str, pending_calls: Sequence[Mapping[str, Any]], *, key: str | bytes | None = None
-) -> str:
-    """The digest of a pause: over the canonical JSON of the task id, the serialized run state and the pending
-    calls; HMAC-SHA256 with a key (``key``, else ``$LOOPGUARD_PAUSE_KEY``; ``key=""``: none), SHA-256 without.
-
-    >>> len(pause_digest("t1", "{}", [{"call_id": "c1", "tool": "pay"}], key=""))
-    64
-    >>> pause_digest("t1", "{}", [], key="k").startswith("hmac-sha256:")
-    True
-    """
-    return _seal(_pause_body(task_id, state, pending_calls), _key(key))
 
 
 def decisions_digest(
@@ -161,7 +126,7 @@ def check_pause(record: PauseRecord, *, key: str | bytes | None = None) -> Pause
 
     ``key``: the digests' key, else ``$LOOPGUARD_PAUSE_KEY``; with a key, a digest made without it is refused.
     """
-    body = _pause_body(record.task_id, record.state, record.pending_calls)
+    body = pause_body(record.task_id, record.state, record.pending_calls)
     if not _matches(record.digest, body, _key(key), f"pause {record.pause_id!r}"):
         raise _tampered(record, "the stored state or its pending calls were")
     if record.status == "decided":
@@ -194,7 +159,7 @@ def check_decisions(record: PauseRecord, decisions: Mapping[str, str]) -> dict[s
     >>> check_decisions(pause, {"c1": "approve", "c9": "approve"})
     Traceback (most recent call last):
     ...
-    agents_loopguard.approvals.DecisionError: pause 'p1' holds no pending call 'c9' (its calls: c1); nothing was run
+    agents_loopguard.ops.approvals.DecisionError: pause 'p1' holds no pending call 'c9' (its calls: c1); nothing was run
     """
     pending = [str(call.get("call_id")) for call in record.pending_calls]
     for call_id, verb in decisions.items():

@@ -1,25 +1,26 @@
 """One guarded run, framework-neutral: every rule of a *run* lives here, once.
 
-The engine (:class:`~agents_loopguard.core.Guard`) holds the rules of a *task*: reserve before every call, judge the
+The engine (:class:`~agents_loopguard.Guard`) holds the rules of a *task*: reserve before every call, judge the
 evidence, keep the ledger, end with one outcome. A run adds what happens between a model and its tools, and every
 adapter needs the same answers:
 
-* which guard a run uses (``budget=``/``store=``/``task_id=``/``policy=`` or ``guard=``, one error for a wrong mix);
+* how a run starts (:meth:`GuardedRun.start`: the task's guard from one :class:`~agents_loopguard.RunOptions`, one
+  error for a wrong mix, one check that every limit can be enforced);
 * the ``tool_choice`` to send next (R12: a forced choice is released once no work remains);
 * a model attempt reserved before it leaves (turn, worst-case cost) and settled after (real cost, trace);
 * a proposal built from a tool name and the model's raw JSON (``invalid_call``, a write's ``operation_id`` and why
   it could not be derived), then authorize -> execute -> verify -> settle, with a tool's bounded retries;
 * the calls in flight, and what a cancellation or a timeout makes of them;
-* the refusal modes (``end``, ``continue``, ``raise``), the final-answer verdict, the model-error verdict, the pause.
+* the refusal modes (``end``, ``continue``, ``raise``), the final-answer verdict, the model-error verdict, the pause;
+  the model request itself (:mod:`.requests`) and how a run ends (:mod:`.conclusion`) build on this state.
 
 The execution of a call is a generator of effects (:class:`Execute`, :class:`Check`, :class:`Sleep`): the adapter
 performs them, synchronously (:func:`drive`) or on an event loop (:func:`adrive`), so sync and async runs share every
 line of the rules. Adapters only translate: the Agents SDK adapter from its hooks, model wrapper and tool invoker;
 the raw function-calling loop from Chat Completions and Responses payloads. Nothing here imports an SDK.
 
->>> from agents_loopguard import Budget
->>> from agents_loopguard import MemoryStore
->>> run = GuardedRun(make_guard(budget=Budget(model_turns=3, tool_executions=2), store=MemoryStore()))
+>>> from agents_loopguard import Budget, MemoryStore, RunOptions
+>>> run = GuardedRun.start(RunOptions(budget=Budget(model_turns=3, tool_executions=2), store=MemoryStore()))
 >>> attempt = run.begin_model_attempt("required")
 >>> attempt.tool_choice
 'required'
@@ -35,16 +36,19 @@ the raw function-calling loop from Chat Completions and Responses payloads. Noth
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from .budget import Budget, Policy
-from .calls import KINDS, Call, Ticket, Verdict
-from .core import Guard
+from ..engine.calls import KINDS, Call, Ticket, Verdict
+from ..engine.core import Guard, Observer
+from ..engine.errors import LoopguardError
+from ..engine.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
+from ..engine.metering import NOTHING_RESERVED, Reserved
+from ..engine.outcome import Outcome, Reason, Status
+from ..store.defaults import default_store
 from .declarations import ToolSpec, Verify, declare_tool, parse_arguments
 from .effects import (
     Answer,
@@ -58,15 +62,9 @@ from .effects import (
     perform_check_async,
     within_deadline,
 )
-from .errors import LoopguardError
-from .evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
-from .metering import NOTHING_RESERVED, Meter, Reserved
-from .model_errors import ModelFailure
-from .outcome import Outcome, Reason, Status
-from .pricing import InputEstimator, Price, estimate_input_tokens
-from .retry import RetryPolicy, ToolFailure
-from .store.base import Store
-from .store.defaults import default_store
+from .model_errors import ModelFailure, classify_model_error
+from .options import OnRefusal, Release, RunOptions
+from .retry import NO_RETRY, RetryPolicy, ToolFailure
 
 __all__ = [
     "Answer",
@@ -85,18 +83,12 @@ __all__ = [
     "adrive",
     "declare_tool",
     "drive",
-    "make_guard",
     "perform_check",
     "perform_check_async",
     "within_deadline",
 ]
 
 T = TypeVar("T")
-OnRefusal = Literal["end", "continue", "raise"]
-"""What a refused call does to the run: ``end`` it with the outcome (default), tell the model and ``continue``, or
-end it and ``raise`` :class:`GuardStopped` from the entry point."""
-Release = Literal["none", "auto"]
-"""What replaces a forced ``tool_choice`` once no work remains."""
 
 _CONTINUABLE = frozenset(
     {
@@ -135,36 +127,31 @@ class GuardStopped(LoopguardError):
         self.outcome = outcome
 
 
-def make_guard(
-    *,
-    guard: Guard | None = None,
-    budget: Budget | None = None,
-    store: Store | None = None,
-    task_id: str | None = None,
-    policy: Policy | None = None,
-    secrets: Iterable[str] = (),
-) -> Guard:
-    """The guard of a run: ``guard=`` as given, or a new one for ``budget=`` (with ``store=``, ``task_id=``,
-    ``policy=``). There is no unlimited default, and the two ways do not mix. Without ``store=`` the task lives in
-    the default persistent store (:func:`~agents_loopguard.store.defaults.default_store`), the one ``loopguard``
-    reads.
-
-    >>> from agents_loopguard import MemoryStore
-    >>> make_guard(budget=Budget(model_turns=4, tool_executions=2), store=MemoryStore(), task_id="t-1").task_id
-    't-1'
-    """
-    if guard is not None:
-        if budget is not None or store is not None or task_id is not None or policy is not None:
-            raise ValueError("pass either guard= or budget= (with store=, task_id=, policy=), not both")
-        return guard
-    if budget is None:
+def _guard_of(options: RunOptions) -> Guard:
+    """The task's guard: ``guard=`` as given, or a new one for ``budget=`` (with ``store=``, ``task_id=``,
+    ``policy=``, ``secrets=``, ``prices=``). There is no unlimited default, and the two ways do not mix. Without
+    ``store=`` the task lives in the default persistent store, the one ``loopguard`` reads."""
+    if options.guard is not None:
+        mixed = [name for name in ("budget", "store", "task_id", "policy") if getattr(options, name) is not None]
+        if mixed or options.secrets:
+            listed = ", ".join(f"{name}=" for name in mixed or ["secrets"])
+            raise ValueError(f"pass either guard= or budget= (with store=, task_id=, policy=), not both ({listed})")
+        if options.prices is not None and options.guard.prices is None:
+            options.guard.prices = options.prices
+        return options.guard
+    if options.budget is None:
         raise ValueError(
             "a guarded run needs guard= or budget=Budget(model_turns=..., tool_executions=...): "
             "there is no unlimited default"
         )
-    if store is None:
-        store = default_store()
-    return Guard(budget=budget, store=store, task_id=task_id, policy=policy, secrets=secrets)
+    return Guard(
+        budget=options.budget,
+        store=options.store if options.store is not None else default_store(),
+        task_id=options.task_id,
+        policy=options.policy,
+        secrets=options.secrets,
+        prices=options.prices,
+    )
 
 
 # --- one run -------------------------------------------------------------------------------------------------
@@ -242,7 +229,7 @@ class GuardedRun:
     """The state of one guarded run and every run-level rule. Adapters drive it; it decides.
 
     ``prices``: the price table for the cost budget (a request's model is priced with
-    :func:`~agents_loopguard.pricing.price_for`). ``unwrap_values``: the outcome's value is the tool output (the
+    :func:`~agents_loopguard.engine.pricing.price_for`). ``unwrap_values``: the outcome's value is the tool output (the
     Agents SDK) rather than the engine's result ``{"status": ..., "output": ...}`` (the raw loop, like
     :func:`~agents_loopguard.create_runner`).
     ``label``: how a call in flight is named in ``Outcome.in_flight``.
@@ -251,13 +238,9 @@ class GuardedRun:
     """
 
     guard: Guard
-    on_refusal: OnRefusal = "end"
-    release: Release = "none"
+    options: RunOptions = field(default_factory=RunOptions)
+    """What the run was told (its refusal mode, ``verify_output``, the input estimator, the pause handler...)."""
     reset_forced_function: bool = False
-    prices: Mapping[str, Price] | None = None
-    """Price table of the models (required with a cost budget): each attempt reserves its worst case first."""
-    estimate_input_tokens: InputEstimator = estimate_input_tokens
-    """A request's input tokens, for the worst case an attempt reserves (default: a generous byte bound)."""
     unwrap_values: bool = True
     label: Callable[[Call], str] = call_label
     raises: Callable[[Outcome], Exception] = GuardStopped
@@ -273,14 +256,71 @@ class GuardedRun:
     flights: dict[int, Flight] = field(default_factory=dict)
     interrupted: list[Flight] = field(default_factory=list)
     """Executions whose task was cancelled before a verified result: a tool timeout, or the run's cancellation."""
-    failures: dict[int, Verdict] = field(default_factory=dict)
-    """id(exception) -> verdict, for a tool failure that the framework re-raises after the guard recorded it."""
+    failures: dict[int, tuple[BaseException, Verdict]] = field(default_factory=dict)
+    """id(exception) -> (the exception, kept alive so its id stays its own; its verdict): a tool or model failure
+    the guard recorded before the framework re-raised it (see :meth:`recorded_failure`)."""
     cancel_requested: bool = False
     _done_turn: int = 0
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
-    def __post_init__(self) -> None:
-        self.meter = Meter(self.guard, self.prices)
+    @classmethod
+    def start(
+        cls,
+        options: RunOptions,
+        *,
+        observer: Observer | None = None,
+        unwrap_values: bool = True,
+        label: Callable[[Call], str] = call_label,
+        raises: Callable[[Outcome], Exception] = GuardStopped,
+        reset_forced_function: bool = False,
+    ) -> GuardedRun:
+        """The only door of a run: the task's guard from ``options`` (``guard=``, or a new one for ``budget=``),
+        checked once (a cost budget needs ``prices=``). An adapter says how it shows decisions (``observer``: the
+        guard's observer when it has none), values (``unwrap_values``: the tool output rather than the engine's
+        result ``{"status": ..., "output": ...}``) and calls in flight (``label``), what ``on_refusal="raise"``
+        raises (its framework's subclass of :class:`GuardStopped`), and whether a forced function that ran is
+        sent as ``auto`` afterwards (``reset_forced_function``).
+
+        >>> from agents_loopguard import Budget, MemoryStore, RunOptions
+        >>> run = GuardedRun.start(RunOptions(budget=Budget(4, 2), store=MemoryStore(), task_id="t-start"))
+        >>> run.guard.task_id, run.on_refusal
+        ('t-start', 'end')
+        >>> GuardedRun.start(RunOptions())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: a guarded run needs guard= or budget=Budget(...): there is no unlimited default
+        """
+        guard = _guard_of(options)
+        guard.check_prices()
+        if guard.observer is None and observer is not None:
+            guard.observer = observer
+        return cls(
+            guard,
+            options,
+            reset_forced_function=reset_forced_function,
+            unwrap_values=unwrap_values,
+            label=label,
+            raises=raises,
+        )
+
+    @property
+    def on_refusal(self) -> OnRefusal:
+        """What a refused call does to this run (``RunOptions.on_refusal``)."""
+        return self.options.on_refusal
+
+    @property
+    def release(self) -> Release:
+        """What replaces a forced ``tool_choice`` once no work remains (``RunOptions.release_tool_choice``)."""
+        return self.options.release_tool_choice
+
+    def check_enforceable(self, model: str | None, max_output_tokens: int | None, *, where: str = "") -> None:
+        """Refuse (``ValueError``) before anything runs a request shape whose limits the task could not enforce
+        (no output bound with a cost budget or an output/total token limit; no price for ``model`` with a cost
+        budget): the one check of every adapter; ``where`` names the request's origin (an agent)."""
+        try:
+            self.guard.check_request(model, max_output_tokens)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}" if where else str(exc)) from None
 
     # --- decisions the run remembers -----------------------------------------------------------------------
 
@@ -308,9 +348,8 @@ class GuardedRun:
         asked becomes ``release`` (``"none"`` by default: the model answers; a requested ``"none"`` stays); while
         work remains, a forced function that already ran is sent as ``"auto"`` when ``reset_forced_function``.
 
-        >>> from agents_loopguard import Budget
-        >>> from agents_loopguard import MemoryStore
-        >>> run = GuardedRun(make_guard(budget=Budget(model_turns=5, tool_executions=0), store=MemoryStore()))
+        >>> from agents_loopguard import Budget, MemoryStore, RunOptions
+        >>> run = GuardedRun.start(RunOptions(budget=Budget(model_turns=5, tool_executions=0), store=MemoryStore()))
         >>> run.tool_choice("required"), run.tool_choice("auto"), run.tool_choice(None)
         ('none', 'none', 'none')
         """
@@ -344,13 +383,13 @@ class GuardedRun:
         self.drain_interrupted()
         if self.verdict is not None:
             return self.verdict
-        estimate = None if request is None else lambda: self.estimate_input_tokens(request())
-        reserved = self.meter.reserve(model, estimate, max_output_tokens)
+        estimate = None if request is None else lambda: self.options.estimate_input_tokens(request())
+        reserved = self.guard.reserve_request(model, estimate, max_output_tokens)
         if isinstance(reserved, Verdict):
             return self.stop(reserved)
         refused = self.guard.begin_turn()
         if refused is not None:
-            self.meter.release(reserved)
+            self.guard.settle_request(reserved, billed=False)  # never sent: nothing used
             return self.stop(refused)
         choice = self.tool_choice(requested_choice) if offers_tools else requested_choice
         return ModelAttempt(choice, reserved, self.remaining())
@@ -360,7 +399,7 @@ class GuardedRun:
     ) -> None:
         """Settle a sent attempt: its real cost and tokens (the reported usage; an error response costs nothing, a
         timeout keeps its worst case) and a model entry in the task's timeline."""
-        self.meter.settle(attempt.reserved, usage=usage, billed=failure.billed if failure is not None else None)
+        self.guard.settle_request(attempt.reserved, usage=usage, billed=failure.billed if failure is not None else None)
         self.guard.record_model_answer("answered" if failure is None else f"error:{failure.label}")
 
     def remaining(self) -> float | None:
@@ -397,6 +436,42 @@ class GuardedRun:
             detail = f"{self.guard.storable(failure.detail)}: the server asks to wait {failure.retry_after}s"
             return Verdict(Status.STOPPED, Reason.MODEL_ERROR, f"{detail}, more than max_retry_after")
         return self.wait_verdict(delay) or delay
+
+    def failed_attempt(
+        self, attempt: ModelAttempt, error: Exception, *, retry: int, policy: RetryPolicy | None
+    ) -> float | Verdict | None:
+        """Settle the failed attempt number ``retry + 1`` of one model request and decide: the seconds to wait
+        before the next attempt, the verdict that ends the request (remembered for ``error``: the conclusion finds
+        it when the framework re-raises it; the deadline also ends the run), or ``None`` when ``error`` is not an
+        API error (a programming error, or the framework's own: the conclusion decides). ``policy=None``: the
+        attempt may not be retried (a stream that already delivered events)."""
+        failure = classify_model_error(error) if not isinstance(error, DeadlineExceeded) else None
+        if failure is None:
+            name = type(error).__name__
+            self.end_model_attempt(attempt, failure=ModelFailure("fatal", False, None, True, name, f"{name}: {error}"))
+            if isinstance(error, DeadlineExceeded):
+                return self.deadline_verdict("a model request")
+            return None
+        self.end_model_attempt(attempt, failure=failure)
+        wait = self.model_retry(failure, retry=retry, policy=policy or NO_RETRY)
+        if isinstance(wait, Verdict):
+            if wait.reason is Reason.DEADLINE:
+                self.stop(wait)
+            self.failures[id(error)] = (error, wait)
+        return wait
+
+    def recorded_failure(self, error: BaseException) -> Verdict | None:
+        """The verdict the guard recorded for ``error`` or for an exception in its chain of causes (a tool's or a
+        model request's failure, re-raised by the framework), or ``None``."""
+        seen: set[int] = set()
+        current: BaseException | None = error
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            recorded = self.failures.get(id(current))
+            if recorded is not None and recorded[0] is current:
+                return recorded[1]
+            current = current.__cause__ or current.__context__
+        return None
 
     def wait_verdict(self, seconds: float) -> Verdict | None:
         """A retry backoff that would end past the deadline is not started: the deadline verdict."""
@@ -548,7 +623,7 @@ class GuardedRun:
 
     def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
         failed = self.guard.fail(ticket, error, reason=reason)
-        self.failures[id(error)] = failed
+        self.failures[id(error)] = (error, failed)
         return Executed(message=self.report(failed), error=error, verdict=failed)
 
     def _settled(self, verdict: Verdict, output: Any, *, ran: bool) -> Executed:
@@ -593,84 +668,6 @@ class GuardedRun:
             return Verdict(Status.STOPPED, Reason.TOOL_TIMEOUT, f"{type(error).__name__}: {error}")
         self.interrupted.remove(flight)
         return self.guard.fail(flight.ticket, error, reason=Reason.TOOL_TIMEOUT)
-
-    def final_check(self, verify_output: Callable[[Any], Any] | None, output: Any) -> Check | None:
-        """The :class:`Check` of a final answer by ``verify_output`` (``None`` when no check applies)."""
-        if verify_output is None or self.verdict is not None or self.done is not None:
-            return None
-        return Check(verify_output, (output,))
-
-    def final_verdict(self, output: Any, answer: Answer | None, *, tools_offered: bool = True) -> Verdict:
-        """The verdict of a final answer: ``verify_output``'s answer (a bool, or evidence saying done) completes
-        the task; without it the answer is ``partial/unverified_final``."""
-        if answer is not None:
-            if answer.error is not None:
-                detail = f"verify_output raised {type(answer.error).__name__}"
-                return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, detail)
-            done = self._output_done(answer.value)
-            if isinstance(done, Verdict):
-                return done
-            if done:
-                return Verdict(
-                    Status.COMPLETED, Reason.VALIDATED_DONE, "the application validated the final output", value=output
-                )
-        used, budget = self.guard.used, self.guard.budget
-        why = " after the tool budget ran out" if tools_offered and used.tools >= budget.tool_executions else ""
-        told = sorted({str(v.reason) for v in self.told})
-        refused = f" (refused: {', '.join(told)})" if told else ""
-        detail = f"the model gave a final answer{why}; the application did not validate the task as done{refused}"
-        return Verdict(Status.PARTIAL, Reason.UNVERIFIED_FINAL, detail)
-
-    def _output_done(self, raw: Any) -> bool | Verdict:
-        if isinstance(raw, bool):
-            return raw
-        from .evidence import ResultStatus, parse_evidence
-
-        evidence = parse_evidence(raw, status=ResultStatus.OK, current_revision=self.guard.revision)
-        if isinstance(evidence, str):
-            return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, f"verify_output: {evidence}")
-        return evidence.done
-
-    def ending(self, verdict: Verdict) -> tuple[Verdict, list[str]]:
-        """The verdict a run ends with, and the calls that were in flight. A validated done stands without its
-        final answer (a refused final turn, a stop, a fault do not undo it); a write still in flight stays
-        unknown, so the run needs reconciliation."""
-        if self.done is not None and verdict.status is not Status.NEEDS_RECONCILIATION:
-            verdict = self.done
-        flights = [*self.interrupted, *self.flights.values()]
-        self.interrupted.clear()
-        self.flights.clear()
-        for flight in flights:
-            failed = self.guard.fail(flight.ticket, asyncio.CancelledError(), reason=Reason.CANCELLED)
-            if failed.status is Status.NEEDS_RECONCILIATION and verdict.status is not Status.NEEDS_RECONCILIATION:
-                verdict = dataclasses.replace(failed, detail=f"{flight.label} was in flight when the run ended")
-        return verdict, [flight.label for flight in flights]
-
-    def end(
-        self, verdict: Verdict, *, result: Any = None, pause_id: str | None = None, final_output: Any = None
-    ) -> Outcome:
-        """End the task with ``verdict`` (see :meth:`ending`); raises :class:`GuardStopped` in ``raise`` mode when
-        the guard stopped the run. ``pause_id`` names a pause the application stored itself; ``final_output`` is
-        the model's last answer, stored with the outcome (redacted)."""
-        verdict, in_flight = self.ending(verdict)
-        value = verdict.value if verdict.status is Status.COMPLETED and verdict.has_value else self.guard.last_good
-        if self.unwrap_values:
-            value = _output_of(value)
-        outcome = self.guard.end(
-            dataclasses.replace(verdict, value=value),
-            in_flight=in_flight,
-            result=result,
-            pause_id=pause_id,
-            final_output=jsonable(final_output),
-        )
-        if self.on_refusal == "raise" and verdict is self.verdict and outcome.status is not Status.COMPLETED:
-            raise self.raises(outcome)
-        return outcome
-
-    def pause(self, state: str, pending_calls: Sequence[Mapping[str, Any]], detail: str) -> Outcome:
-        """End the task as ``needs_human/approval`` with the pause stored (the state, its pending calls, the
-        task's budget and counters)."""
-        return self.guard.pause(state, pending_calls, detail=detail)
 
 
 def jsonable(value: Any) -> Any:

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..store.base import Store
 from .budget import TOKEN_LIMITS, Budget, Policy
 from .calls import Verdict
 from .core import Guard
 from .outcome import Outcome, Reason, Status
-from .store.base import Store
 
 __all__ = ["create_runner"]
 

@@ -11,11 +11,11 @@ from typing import Any
 import openai
 import pytest
 
-import agents_loopguard.openai_loop as openai_loop
-import agents_loopguard.pricing as pricing
-import agents_loopguard.triggers as triggers
+import agents_loopguard.engine.pricing as pricing
+import agents_loopguard.function_calling.entry as function_calling_entry
+import agents_loopguard.ops.triggers as triggers
 from agents_loopguard import Budget, Guard, MemoryStore, Policy, Reason, Status
-from agents_loopguard.openai_loop import (
+from agents_loopguard.function_calling import (
     GuardedTool,
     LoopResult,
     RetryPolicy,
@@ -645,7 +645,7 @@ def test_no_tools_means_no_tools_and_no_tool_choice_are_sent(server: ScriptedOpe
     assert "tools" not in server.requests[0].body and "tool_choice" not in server.requests[0].body
 
 
-@pytest.mark.parametrize("module", [openai_loop, pricing, triggers], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [function_calling_entry, pricing, triggers], ids=lambda m: m.__name__)
 def test_docstring_examples_run(module: Any) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

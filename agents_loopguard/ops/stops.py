@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from .canonical import redact
-from .store.base import Store, TaskSnapshot
+from ..engine.canonical import redact
+from ..store.base import Store, TaskSnapshot
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -61,7 +61,7 @@ STOP_HOOKS_ENV = "LOOPGUARD_STOP_HOOKS"
 """Environment variable: comma-separated ``module:function`` stop hooks, loaded by the process that stops a task."""
 ENTRY_POINT_GROUP = "agents_loopguard.stop_hooks"
 """Entry-point group whose objects are stop hooks (for an installed package)."""
-log = logging.getLogger("agents_loopguard.stops")
+log = logging.getLogger("agents_loopguard.ops.stops")
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def request_stop(
     """Set the task's stop mark; if this call set it, run the task's stop hooks, once each (see the module).
 
     ``who`` is recorded with the mark (a ``stop`` transition). Raises what the store raises
-    (:class:`~agents_loopguard.errors.NotFoundError` for an unknown task); hook failures are reported, not raised.
+    (:class:`~agents_loopguard.NotFoundError` for an unknown task); hook failures are reported, not raised.
     """
     at = time.time() if now is None else now
     mark = store.set_stop_mark(task_id, reason, who=who, now=at)

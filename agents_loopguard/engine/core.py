@@ -12,24 +12,25 @@ The cycle of one call::
     guard.settle(ticket, result, verify)   # verify evidence, record ledger + progress, decide
     guard.end(verdict)            # the sticky terminal Outcome
 
-:func:`~agents_loopguard.runner.create_runner` is the article's synchronous prototype built on the same engine;
-:mod:`~agents_loopguard.calls` holds the values the engine reasons about (calls, tickets, verdicts).
+:func:`~agents_loopguard.engine.runner.create_runner` is the article's synchronous prototype built on the same engine;
+:mod:`~agents_loopguard.engine.calls` holds the values the engine reasons about (calls, tickets, verdicts).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .approvals import pause_digest
+from ..store.base import OperationState, Progress, Store, TaskSnapshot, TraceEntry
+from ..store.memory import MemoryStore
 from .budget import Budget, Policy
 from .calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, parse_call
 from .canonical import CanonicalError, canonical_json, fingerprint, redact
+from .ending import Ending
 from .errors import StateError
 from .evidence import (
     UNVERIFIED,
@@ -41,9 +42,9 @@ from .evidence import (
     parse_evidence,
     result_status,
 )
-from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
-from .store.base import OperationState, Progress, Store, TaskSnapshot, TraceEntry
-from .store.memory import MemoryStore
+from .metering import Metering
+from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from .pricing import Price
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
@@ -55,7 +56,7 @@ logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 
 
-class Guard:
+class Guard(Metering, Ending):
     """The guard of one task: reserve before every call, decide from verified evidence, end with one Outcome.
 
     >>> from agents_loopguard import Budget
@@ -83,6 +84,7 @@ class Guard:
         observer: Observer | None = None,
         fingerprint_key: str | bytes | None = None,
         strict_budget: bool = False,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         self.task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
         self.budget = budget
@@ -90,6 +92,8 @@ class Guard:
         self.policy = policy or Policy()
         self.clock = clock
         self.secrets = tuple(secrets)
+        self.prices = prices
+        """The price table of the models, for a cost budget (see :meth:`reserve_request`)."""
         self.observer = observer
         """Told of every decision as ``observer(event, data)``; data carries no arguments or results."""
         key = fingerprint_key if fingerprint_key is not None else os.environ.get(FINGERPRINT_KEY_ENV) or None
@@ -199,104 +203,6 @@ class Guard:
     def now(self) -> float:
         """The time on the guard's clock (the one its deadline is measured on)."""
         return float(self.clock())
-
-    # --- task-wide steps besides the call cycle -----------------------------------------------------------
-
-    def check_stop(self) -> Verdict | None:
-        """The stop mark, read without reserving anything (before a handoff, a pending job, a sub-agent).
-
-        >>> from agents_loopguard import Budget, MemoryStore
-        >>> store = MemoryStore()
-        >>> guard = Guard(budget=Budget(1, 1), store=store, task_id="t-stop")
-        >>> _ = store.request_stop("t-stop", "operator")
-        >>> guard.check_stop().reason
-        <Reason.STOP_REQUESTED: 'stop_requested'>
-        """
-        if (done := self._terminal()) is not None:
-            return done
-        snapshot = self.store.task(self.task_id)
-        if snapshot is None or snapshot.stop_reason is None:
-            return None
-        return Verdict(Status.STOPPED, Reason.STOP_REQUESTED, f"stop mark: {snapshot.stop_reason}")
-
-    def record_model_answer(self, result_class: str) -> None:
-        """Trace what a model attempt gave (``answered``, ``error:<status>``...), with the counters after it."""
-        entry = TraceEntry(
-            kind="model",
-            result_class=result_class,
-            revision=self.revision,
-            models=self.used.models,
-            tools=self.used.tools,
-            at=self.now(),
-        )
-        self.store.append_trace(self.task_id, entry)
-
-    def observe(self, event: str, **data: Any) -> None:
-        """Tell the observer of a decision taken around the engine (a refused cost or token reservation)."""
-        self._observe(event, **data)
-
-    def adopt_usage(self, used: Usage) -> None:
-        """Take the task's counters as a store step returned them (a reservation made around the engine)."""
-        self.used = used
-
-    def pause(
-        self,
-        state: str,
-        pending_calls: Sequence[Mapping[str, Any]],
-        *,
-        detail: str = "",
-        result: Any = None,
-        key: str | bytes | None = None,
-    ) -> Outcome:
-        """End the task as ``needs_human/approval`` with a stored pause: the serialized run ``state`` and its
-        ``pending_calls`` with the task's limits and counters, in one store step (sticky like :meth:`end`;
-        ``result`` is the adapter's own result object, kept on the outcome).
-
-        The digest of the pause covers the task, the state and the calls (see
-        :func:`agents_loopguard.approvals.pause_digest`: an HMAC with ``key`` or ``$LOOPGUARD_PAUSE_KEY``); a resume
-        checks it before anything runs.
-
-        >>> from agents_loopguard import Budget, MemoryStore
-        >>> store = MemoryStore()
-        >>> guard = Guard(budget=Budget(4, 2), store=store, task_id="t-pause")
-        >>> outcome = guard.pause("{}", [{"call_id": "c1", "tool": "wipe", "arguments": "{}"}])
-        >>> outcome.status, store.pause(outcome.pause_id).status
-        (<Status.NEEDS_HUMAN: 'needs_human'>, 'pending')
-        """
-        if self.outcome is not None:
-            return self.outcome
-        calls = [dict(call) for call in pending_calls]
-        pause_id = f"pause-{uuid.uuid4().hex[:16]}"
-        self._refresh()
-        outcome = Outcome(
-            Status.NEEDS_HUMAN,
-            Reason.APPROVAL,
-            task_id=self.task_id,
-            revision=self.revision,
-            used=self.used,
-            detail=redact(detail, secrets=self.secrets),
-            pause_id=pause_id,
-            result=result,
-        )
-        self.store.save_pause(
-            self.task_id,
-            pause_id,
-            state,
-            calls,
-            digest=pause_digest(self.task_id, state, calls, key=key),
-            outcome=outcome.record().to_dict(),
-            now=self._now(),
-        )
-        self.outcome = outcome
-        self._observe("outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=None)
-        return outcome
-
-    def _refresh(self) -> None:
-        """Take the task's counters and revision from the store (other workers may have moved them)."""
-        snapshot = self.store.task(self.task_id)
-        if snapshot is not None:
-            self.used = snapshot.used
-            self.revision = max(self.revision, snapshot.revision)
 
     # --- the cycle ----------------------------------------------------------------------------------------
 
@@ -442,7 +348,7 @@ class Guard:
 
         The evidence is either what ``verify(proposal, result)`` returns (the engine calls it only for a valid
         result, as the article's runner does) or, for adapters that ran the application's check themselves
-        (possibly async), the value it returned passed as ``evidence=`` (a :class:`~agents_loopguard.evidence.
+        (possibly async), the value it returned passed as ``evidence=`` (a :class:`~agents_loopguard.engine.evidence.
         VerifyFailed` when it raised).
 
         Returns ``None`` to continue, or a :class:`Verdict`: invalid_result, invalid_evidence, unknown_commit,
@@ -602,70 +508,6 @@ class Guard:
                 f"{progress.stalled} verified results in a row without the revision advancing",
             )
         return None
-
-    def end(
-        self,
-        verdict: Verdict,
-        *,
-        in_flight: Sequence[str] = (),
-        pause_id: str | None = None,
-        result: Any = None,
-        final_output: Any = None,
-    ) -> Outcome:
-        """Make ``verdict`` the terminal outcome (sticky: once ended, every call returns the first outcome).
-
-        The store keeps the first outcome of a task: when another worker finished it first, this guard ends with
-        that stored outcome, not with ``verdict``. ``final_output`` (the model's last answer) is stored with it,
-        redacted, so a later replay of the finished task still carries it.
-        """
-        if self.outcome is not None:
-            return self.outcome
-        self._refresh()
-        outcome = Outcome(
-            status=verdict.status,
-            reason=verdict.reason,
-            task_id=self.task_id,
-            revision=self.revision,
-            value=self.last_good if verdict.value is UNSET else verdict.value,
-            used=self.used,
-            operation_id=verdict.operation_id,
-            detail=redact(verdict.detail, secrets=self.secrets),  # details quote values: keep secrets out of records
-            in_flight=tuple(in_flight),
-            pause_id=pause_id,
-            final_output=self.storable(final_output) if final_output is not None else None,
-            result=result,
-        )
-        record = outcome.record().to_dict()
-        kept = self.store.finish(self.task_id, record, now=self._now())
-        if kept != record:  # another worker ended the task first: its outcome is the task's
-            try:
-                stored = RecoveryRecord.from_json(kept).to_outcome()
-            except RecordError as exc:
-                raise RecordError(f"task {self.task_id!r}: {exc}") from exc
-            outcome = dataclasses.replace(stored, result=result)
-        self.outcome = outcome
-        self._observe(
-            "outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=outcome.operation_id
-        )
-        logger.log(
-            logging.INFO
-            if outcome.status is Status.COMPLETED or outcome.reason is Reason.UNVERIFIED_FINAL
-            else logging.WARNING,
-            "task %s: %s/%s (models %d, tools %d, revision %d)%s",
-            self.task_id,
-            outcome.status,
-            outcome.reason,
-            outcome.used.models,
-            outcome.used.tools,
-            outcome.revision,
-            f": {outcome.detail}" if outcome.detail else "",
-            extra={"task_id": self.task_id, "reason": str(outcome.reason), "status": str(outcome.status), "tool": None},
-        )
-        return outcome
-
-    def finish(self, status: Status, reason: Reason, detail: str = "", **kwargs: Any) -> Outcome:
-        """Shortcut for ``end(Verdict(status, reason, detail), ...)``."""
-        return self.end(Verdict(status, reason, detail), **kwargs)
 
 
 def _is_json(value: Any) -> bool:

@@ -8,7 +8,8 @@ run, so every operation that run writes is recorded as the activation's. When a 
 operations as its origin, the store recognizes the chain and counts it: beyond ``max_depth`` re-entries the
 activation is refused with ``stopped/trigger_chain``, in whichever process or host the event arrives.
 
->>> from agents_loopguard import Budget, Call, MemoryStore
+>>> from agents_loopguard import Budget, MemoryStore
+>>> from agents_loopguard.engine.calls import Call
 >>> store = MemoryStore()
 >>> trigger = TriggerGuard(store, flow="orders-sync", max_depth=0)
 >>> first = trigger.activate("evt-1")                       # a change from outside: may run
@@ -28,10 +29,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from .budget import Budget, Policy
-from .core import Guard, Verdict
-from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
-from .store.base import Activation, Store
+from ..engine.budget import Budget, Policy
+from ..engine.core import Guard, Verdict
+from ..engine.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from ..store.base import Activation, Store
 
 __all__ = ["TriggerGuard"]
 

@@ -38,15 +38,18 @@ from agents import FunctionTool
 from agents.tool import invoke_function_tool
 from agents.tool_context import ToolContext
 
-from .budget import Budget, Policy
-from .core import Guard, Verdict
-from .outcome import Outcome, Reason, Status
-from .run import GuardedRun, OnRefusal
-from .sdk._internal import ACTIVE_RUN
-from .sdk.run import error_verdict, run_sync, start_run
-from .sdk.tools import guard_undeclared
-from .store.base import Store
-from .store.memory import MemoryStore
+from ..engine.budget import Budget, Policy
+from ..engine.core import Guard, Verdict
+from ..engine.outcome import Outcome
+from ..run import Ending, GuardedRun, OnRefusal, RunOptions, conclude_now, drive, perform_check
+from ..run.conclusion import decide
+from ..store.base import Store
+from ..store.memory import MemoryStore
+from ._internal import ACTIVE_RUN, trace_decision
+from .attach import GuardStopped, LoopGuard
+from .graph import install_nested_guard
+from .run import run_sync
+from .tools import guard_undeclared
 
 __all__ = ["DEFAULT_BUDGET", "ToolCallResult", "call_tool", "call_tool_sync"]
 
@@ -119,7 +122,11 @@ async def call_tool(
     if guard is None:
         budget = budget if budget is not None else DEFAULT_BUDGET
         store = store if store is not None else MemoryStore()
-    run = start_run(guard, budget, store, task_id, policy, on_refusal=on_refusal, release="none")
+    options = RunOptions(guard=guard, on_refusal=on_refusal)
+    if guard is None:
+        options = RunOptions(budget=budget, store=store, task_id=task_id, policy=policy, on_refusal=on_refusal)
+    install_nested_guard()
+    run = GuardedRun.start(options, observer=trace_decision, raises=GuardStopped)
     arguments = args if isinstance(args, str) else json.dumps(dict(args or {}))
     ctx = ToolContext(
         context, tool_name=tool.name, tool_call_id=f"call_{uuid.uuid4().hex[:12]}", tool_arguments=arguments
@@ -133,7 +140,7 @@ async def call_tool(
         ACTIVE_RUN.reset(token)
     run.drain_interrupted()  # a body the tool's timeout abandoned: a timed-out call, as the run would see it
     if run.verdict is not None:
-        return ToolCallResult(output, run.verdict, run.end(run.verdict), run.guard)
+        return ToolCallResult(output, run.verdict, conclude_now(run, Ending()), run.guard)
     verdict = run.told[-1] if run.told else run.done
     return ToolCallResult(output, verdict, None, run.guard)
 
@@ -141,12 +148,12 @@ async def call_tool(
 def _raised(run: GuardedRun, error: Exception) -> ToolCallResult:
     """The call raised: a failure the guard recorded ends the run with it (as in ``run_guarded``); anything else is
     a programming error: the task ends ``stopped/fatal`` and the error is re-raised."""
-    verdict = error_verdict(run, error)
-    if verdict is None:
-        run.end(Verdict(Status.STOPPED, Reason.FATAL, f"{type(error).__name__}: {error}"))
-        raise error
+    ending = LoopGuard.ending_of(error)
+    verdict, raised = drive(decide(run, ending), perform_check)
+    if raised is not None:
+        conclude_now(run, ending)  # ends the task stopped/fatal, then re-raises
     verdict = run.stop(verdict)
-    return ToolCallResult(None, verdict, run.end(verdict), run.guard, error)
+    return ToolCallResult(None, verdict, conclude_now(run, Ending()), run.guard, error)
 
 
 def call_tool_sync(

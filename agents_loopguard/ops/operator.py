@@ -3,9 +3,9 @@
 Every function takes a :class:`~agents_loopguard.store.base.Store` and returns JSON-ready data: numbers as numbers,
 every timestamp as ISO 8601 UTC ending in ``Z`` (``None`` when the store holds none), stored JSON (arguments,
 results, records) as objects, and text that may hold a credential redacted. Failures raise the families of
-:mod:`agents_loopguard.errors`: :class:`NotFoundError` for an unknown id, :class:`InputError` for a malformed request,
-:class:`StateError` for a refusal by the state of a task, pause or operation. Nothing here prints, and nothing imports
-a command-line or web framework.
+:mod:`~agents_loopguard.engine.errors`: :class:`NotFoundError` for an unknown id, :class:`InputError` for a malformed
+request, :class:`StateError` for a refusal by the state of a task, pause or operation. Nothing here prints, and
+nothing imports a command-line or web framework.
 
 Counters come as three parallel objects with the keys ``models``, ``tools`` and ``cost``: ``used``, ``limits`` and
 ``left`` (``cost`` is ``None`` without a cost budget).
@@ -32,14 +32,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .approvals import check_pause, decide
-from .budget import Budget
-from .canonical import redact
-from .errors import InputError, NotFoundError, StateError
-from .outcome import RecordError, RecoveryRecord, Status, Usage
-from .recovery import reconcile, recover
-from .stops import request_stop
-from .store.base import (
+from ..engine.budget import Budget
+from ..engine.canonical import redact
+from ..engine.errors import InputError, NotFoundError, StateError
+from ..engine.outcome import RecordError, RecoveryRecord, Status, Usage
+from ..store.base import (
     OperationRecord,
     OperationState,
     PauseRecord,
@@ -48,6 +45,9 @@ from .store.base import (
     TraceEntry,
     TransitionRecord,
 )
+from .approvals import check_pause, decide
+from .recovery import reconcile, recover
+from .stops import request_stop
 
 __all__ = [
     "TASK_STATUSES",
@@ -68,7 +68,7 @@ TASK_STATUSES: tuple[str, ...] = ("running", *(str(s) for s in Status))
 """The statuses a task can have: ``running``, or the terminal status of its outcome."""
 
 _PAST = {"approve": "approved", "reject": "rejected"}
-_log = logging.getLogger("agents_loopguard.operator")
+_log = logging.getLogger("agents_loopguard.ops.operator")
 
 
 # --- plain data ---------------------------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def pause_view(store: Store, pause_id: str) -> dict[str, Any]:
     status, who decided or resumed it, and whether its digest still matches (``digest_ok``).
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore
-    >>> from agents_loopguard.approvals import pause_digest
+    >>> from agents_loopguard.ops.approvals import pause_digest
     >>> store = MemoryStore()
     >>> _ = Guard(budget=Budget(5, 5), store=store, task_id="t1")
     >>> calls = [{"call_id": "c1", "tool": "pay", "arguments": '{"amount":5}', "operation_id": "inv-1"}]
@@ -364,7 +364,7 @@ def operation_view(store: Store, operation_id: str) -> dict[str, Any]:
     >>> operation_view(MemoryStore(), "inv-1")
     Traceback (most recent call last):
     ...
-    agents_loopguard.errors.NotFoundError: no operation 'inv-1' in this store
+    agents_loopguard.engine.errors.NotFoundError: no operation 'inv-1' in this store
     """
     record = store.lookup_operation(operation_id)
     if record is None:
@@ -418,7 +418,7 @@ def stop_task(store: Store, task_id: str, *, reason: str, who: str) -> dict[str,
     """Set the task's stop mark: every later model call and tool execution, by any worker, is refused.
 
     The first mark wins (a later stop keeps it). The store records who set it (a ``stop`` transition), and the
-    stop hooks run once, in this process, when this call set the mark (:func:`agents_loopguard.stops.request_stop`;
+    stop hooks run once, in this process, when this call set the mark (:func:`agents_loopguard.ops.stops.request_stop`;
     ``hooks`` lists each with its error, if any). Returns the task's status, the mark, whether it was set
     by this call, the writes whose result is unknown, and a ``message`` that fits the task's state.
 
@@ -461,11 +461,11 @@ def decide_pause(
     reject_all: bool = False,
     why: str = "",
 ) -> dict[str, Any]:
-    """Record an operator's decisions on a pending pause (see :func:`agents_loopguard.approvals.decide`); returns
+    """Record an operator's decisions on a pending pause (see :func:`agents_loopguard.ops.approvals.decide`); returns
     the pause as :func:`pause_view` shows it, with a ``message``.
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore
-    >>> from agents_loopguard.approvals import pause_digest
+    >>> from agents_loopguard.ops.approvals import pause_digest
     >>> store = MemoryStore()
     >>> _ = Guard(budget=Budget(5, 5), store=store, task_id="t1")
     >>> calls = [{"call_id": "c1", "tool": "pay", "arguments": "{}", "operation_id": "inv-1"}]
@@ -525,7 +525,7 @@ def reconcile_operation(
     correct: bool = False,
 ) -> dict[str, Any]:
     """Record what the receiving system says about a write whose result is unknown (see
-    :func:`agents_loopguard.recovery.reconcile`): the operation after it, whether the task was reopened, the
+    :func:`agents_loopguard.ops.recovery.reconcile`): the operation after it, whether the task was reopened, the
     writes of the task still unknown, the allowed next actions and a ``message``. The same answer about a known
     operation confirms it; another answer is refused unless ``correct`` (the ledger disagreed with the receiver).
 
@@ -564,7 +564,7 @@ def reconcile_operation(
 def recover_task(
     store: Store, task_id: str, *, who: str, why: str, extend: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Reopen a stopped or partial task by a recorded decision (see :func:`agents_loopguard.recovery.recover`),
+    """Reopen a stopped or partial task by a recorded decision (see :func:`agents_loopguard.ops.recovery.recover`),
     its limits grown by ``extend`` (``{"model_turns": 2}``); returns the task's row after it, the transition and a
     ``message``.
 

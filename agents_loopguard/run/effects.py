@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .calls import Call
+from ..engine.calls import Call
 
 __all__ = [
     "Answer",
@@ -72,6 +72,9 @@ class Answer:
 
     value: Any = None
     error: Exception | None = None
+    retryable: bool = True
+    """False when the effect failed after it began to deliver (a streamed response that already yielded events):
+    what was delivered cannot be taken back, so the effect is not tried again."""
 
 
 def perform_check(effect: Check | Sleep) -> Any:

@@ -33,12 +33,12 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from .canonical import redact
-from .store.base import Store
+from ..engine.canonical import redact
+from ..store.base import Store
 
 __all__ = ["PauseNotifier", "pause_message"]
 
-log = logging.getLogger("agents_loopguard.notify")
+log = logging.getLogger("agents_loopguard.sdk.notify")
 _SHOWN = 600
 """Characters of one call's arguments shown in the Slack text (the full, redacted arguments are under ``pause``)."""
 
@@ -139,7 +139,7 @@ class PauseNotifier:
         """The ``on_pause`` hook: store the pause (in the run), then notify (in the background)."""
         persist = self.persist
         if persist is None:
-            from .sdk import persist_pause
+            from . import persist_pause
 
             persist = persist_pause
         pause_id = persist(result, guard)

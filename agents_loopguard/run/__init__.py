@@ -1,0 +1,60 @@
+"""The guarded run, framework-neutral and the only door of every adapter: one run's options
+(:mod:`.options`), its state and rules (:mod:`.guarded`), the model request (:mod:`.requests`), tool executions as
+effects (:mod:`.effects`), tool declarations (:mod:`.declarations`), bounded retries (:mod:`.retry`), what a model
+error means (:mod:`.model_errors`) and how a run ends (:mod:`.conclusion`). Nothing here imports a framework."""
+
+from .conclusion import NO_OUTPUT, Ending, StopKind, conclude, conclude_now
+from .declarations import ToolSpec, Verify, declare_tool
+from .effects import (
+    Answer,
+    Check,
+    DeadlineExceeded,
+    Execute,
+    Sleep,
+    adrive,
+    drive,
+    perform_check,
+    perform_check_async,
+    within_deadline,
+)
+from .guarded import Executed, GuardedRun, GuardStopped, ModelAttempt
+from .options import OnPause, OnRefusal, OutputVerifier, Release, RunFields, RunOptions
+from .requests import Failed, Send, model_request
+from .retry import MODEL_RETRY, NO_RETRY, RetryPolicy
+
+__all__ = [
+    "MODEL_RETRY",
+    "NO_OUTPUT",
+    "NO_RETRY",
+    "Answer",
+    "Check",
+    "DeadlineExceeded",
+    "Ending",
+    "Execute",
+    "Executed",
+    "Failed",
+    "GuardStopped",
+    "GuardedRun",
+    "ModelAttempt",
+    "OnPause",
+    "OnRefusal",
+    "OutputVerifier",
+    "Release",
+    "RetryPolicy",
+    "RunFields",
+    "RunOptions",
+    "Send",
+    "Sleep",
+    "StopKind",
+    "ToolSpec",
+    "Verify",
+    "adrive",
+    "conclude",
+    "conclude_now",
+    "declare_tool",
+    "drive",
+    "model_request",
+    "perform_check",
+    "perform_check_async",
+    "within_deadline",
+]
