@@ -9,6 +9,7 @@ every model request. Where an adapter differs by design, the test says so and pi
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -432,3 +433,99 @@ def test_a_token_limit_without_a_bound_on_the_answer_is_refused_before_anything_
     with pytest.raises(ValueError, match="max_"):
         run_scenario(adapter, [Say("x")], [CHECK], budget=Budget(5, 5, output_tokens=60))
     assert ran == []
+
+
+# --- how a run ends, whatever the adapter: programming errors, cancellation, limits that cannot be enforced ---
+
+
+def _estimate_that_breaks(request: Any) -> int:
+    raise ZeroDivisionError("a bug in the application's input estimate")
+
+
+def test_a_programming_error_ends_the_task_stopped_fatal_and_is_re_raised(adapter: str) -> None:
+    """R11: an exception that is neither a tool's failure nor an API error (here a bug in the application's
+    ``estimate_input_tokens``, called before each request) ends the task ``stopped/fatal`` in every adapter, and
+    the error reaches the caller. The raw loop used to re-raise it and leave the task ``running`` for ever."""
+    store = MemoryStore()
+    budget = Budget(model_turns=5, tool_executions=5, input_tokens=10_000)
+    with pytest.raises(Exception) as raised:
+        run_scenario(
+            adapter,
+            [Say("never asked")],
+            [CHECK],
+            budget=budget,
+            store=store,
+            task_id="t-bug",
+            estimate_input_tokens=_estimate_that_breaks,
+            max_output_tokens=50,
+        )
+    assert "a bug in the application's input estimate" in str(raised.value) or isinstance(
+        raised.value.__cause__ or raised.value.__context__, ZeroDivisionError
+    )
+    snapshot = store.task("t-bug")
+    assert snapshot is not None and snapshot.status == "stopped"
+    stored = Guard(budget=budget, store=store, task_id="t-bug").outcome
+    assert stored is not None and (stored.status, stored.reason) == (Status.STOPPED, Reason.FATAL)
+    assert "ZeroDivisionError" in stored.detail
+
+
+def _cancelling_tool(adapter: str) -> Tool:
+    """A tool during whose body the run is cancelled: the sync loop's caller presses Ctrl-C (``KeyboardInterrupt``
+    in the body); on an event loop the task running the whole run is cancelled while the body awaits."""
+    if adapter == "chat":
+
+        def slow_check(order: int) -> str:
+            """Check an order slowly."""
+            ran.append(f"check-{order}")
+            raise KeyboardInterrupt
+
+        return Tool(slow_check, verify=done_at_two)
+
+    async def slow_check_async(order: int) -> str:
+        """Check an order slowly."""
+        ran.append(f"check-{order}")
+        for task in asyncio.all_tasks():
+            if task.get_coro().__qualname__ in ("guarded_outcome", "_run_raw.<locals>.main"):  # type: ignore[union-attr]
+                task.cancel()
+        await asyncio.sleep(30)
+        return "never"
+
+    slow_check_async.__name__ = "slow_check"
+    return Tool(slow_check_async, verify=done_at_two)
+
+
+def test_a_cancellation_during_a_tool_ends_the_task_cancelled_with_the_call_in_flight(adapter: str) -> None:
+    """R3, R11: a run cancelled while a tool body runs (the task cancelled; Ctrl-C in a sync loop) ends
+    ``stopped/cancelled`` with the call recorded in flight, in every adapter. The raw loop and an attached
+    ``LoopGuard`` let the cancellation propagate after recording it; ``run_guarded`` returns the outcome."""
+    store = MemoryStore()
+    steps = [Calls(("slow_check", {"order": 1})), Say("never asked")]
+    try:
+        got = run_scenario(adapter, steps, [_cancelling_tool(adapter)], budget=BUDGET, store=store, task_id="tc")
+        outcome = got.outcome
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        outcome = None
+    stored = Guard(budget=BUDGET, store=store, task_id="tc").outcome
+    assert stored is not None and (stored.status, stored.reason) == (Status.STOPPED, Reason.CANCELLED)
+    assert len(stored.in_flight) == 1 and stored.used.tools == 1 and ran == ["check-1"]
+    assert outcome is None or outcome.reason is Reason.CANCELLED
+
+
+def test_a_cost_budget_without_a_price_for_the_model_is_refused_with_one_wording(adapter: str) -> None:
+    """R2: a cost budget the run could not meter (the price table lacks the model) is refused before anything runs,
+    with the same words in every adapter."""
+    from agents_loopguard.engine.pricing import Price
+
+    prices = {"some-other-model": Price(1.0, 1.0)}
+    with pytest.raises(ValueError, match="prices= has no entry for model"):
+        run_scenario(adapter, [Say("x")], [CHECK], budget=Budget(5, 5, cost=1.0), prices=prices, max_output_tokens=9)
+    assert ran == []
+
+
+def test_a_price_table_without_a_cost_budget_is_not_refused(adapter: str) -> None:
+    """R2: without a cost budget there is nothing to enforce, so a price table that lacks the model is accepted in
+    every adapter (the raw loop used to refuse it while the SDK adapter did not)."""
+    from agents_loopguard.engine.pricing import Price
+
+    got = run_scenario(adapter, [Say("x")], [CHECK], budget=BUDGET, prices={"some-other-model": Price(1.0, 1.0)})
+    assert (got.outcome.status, got.outcome.reason) == (Status.PARTIAL, Reason.UNVERIFIED_FINAL)

@@ -132,22 +132,19 @@ def run_chat_completions(
     application validates done, the model is asked once more, with a forcing ``tool_choice`` released, for its
     final answer (``final_answer=False`` skips it); ``Outcome.result`` is a :class:`LoopResult`.
 
-    >>> import openai
     >>> from agents_loopguard import Budget
-    >>> from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call
+    >>> from agents_loopguard.function_calling.scripted import calls, says, scripted_client
     >>> orders = {}
     >>> confirm = GuardedTool("confirm_order", lambda order_id: orders.setdefault(order_id, "confirmed"),
     ...     parameters={"type": "object", "properties": {"order_id": {"type": "integer"}}},
     ...     kind="write", operation_id=lambda args: f"confirm-order-{args['order_id']}",
     ...     verify=lambda args, out: {"revision": 1, "done": orders.get(args["order_id"]) == "confirmed",
     ...                               "effect": "committed" if args["order_id"] in orders else "not_committed"})
-    >>> with ScriptedOpenAIServer([tool_call("confirm_order", {"order_id": 42}), final_text("Confirmed.")]) as srv:
-    ...     client = openai.OpenAI(base_url=srv.base_url, api_key="test")
-    ...     outcome = run_chat_completions(client, model="gpt-4o-mini", tools=[confirm], tool_choice="required",
-    ...         messages=[{"role": "user", "content": "Confirm order 42"}],
-    ...         budget=Budget(model_turns=4, tool_executions=2))
-    ...     sent = [r.body["tool_choice"] for r in srv.requests]
-    >>> outcome.status, outcome.reason, outcome.result.final_text, sent
+    >>> client, requests = scripted_client(calls("confirm_order", {"order_id": 42}), says("Confirmed."))
+    >>> outcome = run_chat_completions(client, model="gpt-4o-mini", tools=[confirm], tool_choice="required",
+    ...     messages=[{"role": "user", "content": "Confirm order 42"}],
+    ...     budget=Budget(model_turns=4, tool_executions=2))
+    >>> outcome.status, outcome.reason, outcome.result.final_text, [r["tool_choice"] for r in requests]
     (<Status.COMPLETED: 'completed'>, <Reason.VALIDATED_DONE: 'validated_done'>, 'Confirmed.', ['required', 'none'])
     """
     loop = _prepare(
@@ -170,15 +167,15 @@ async def arun_chat_completions(
     Cancelling the task records the outcome first (``stopped/cancelled``, or ``needs_reconciliation`` for a
     write in flight, whose call id is in ``Outcome.in_flight``), then lets ``CancelledError`` propagate.
 
-    >>> import asyncio, openai
+    >>> import asyncio
     >>> from agents_loopguard import Budget
-    >>> from tests.support.scripted_openai import ScriptedOpenAIServer, final_text
-    >>> async def main(url):
-    ...     async with openai.AsyncOpenAI(base_url=url, api_key="test") as client:
+    >>> from agents_loopguard.function_calling.scripted import says, scripted_client
+    >>> async def main():
+    ...     client, _ = scripted_client(says("Hello."), asynchronous=True)
+    ...     async with client:
     ...         return await arun_chat_completions(client, model="gpt-4o-mini", tools=[],
     ...             messages=[{"role": "user", "content": "hi"}], budget=Budget(model_turns=1, tool_executions=0))
-    >>> with ScriptedOpenAIServer([final_text("Hello.")]) as srv:
-    ...     outcome = asyncio.run(main(srv.base_url))
+    >>> outcome = asyncio.run(main())
     >>> outcome.status, outcome.reason, outcome.result.final_text
     (<Status.PARTIAL: 'partial'>, <Reason.UNVERIFIED_FINAL: 'unverified_final'>, 'Hello.')
     """
@@ -203,16 +200,14 @@ def run_responses(
     Same rules as :func:`run_chat_completions`. The whole input is sent on every request (output items and
     ``function_call_output`` items appended), so nothing depends on server-side conversation state.
 
-    >>> import openai
     >>> from agents_loopguard import Budget
-    >>> from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call
+    >>> from agents_loopguard.function_calling.scripted import calls, says, scripted_client
     >>> lookup = GuardedTool("lookup_order", lambda order_id: {"order_id": order_id, "status": "shipped"},
     ...     parameters={"type": "object", "properties": {"order_id": {"type": "integer"}}},
     ...     verify=lambda args, out: {"revision": 1, "done": out["status"] == "shipped", "effect": "none"})
-    >>> with ScriptedOpenAIServer([tool_call("lookup_order", {"order_id": 7}), final_text("Shipped.")]) as srv:
-    ...     client = openai.OpenAI(base_url=srv.base_url, api_key="test")
-    ...     outcome = run_responses(client, model="gpt-4o-mini", input="Where is order 7?", tools=[lookup],
-    ...         budget=Budget(model_turns=3, tool_executions=1))
+    >>> client, _ = scripted_client(calls("lookup_order", {"order_id": 7}), says("Shipped."))
+    >>> outcome = run_responses(client, model="gpt-4o-mini", input="Where is order 7?", tools=[lookup],
+    ...     budget=Budget(model_turns=3, tool_executions=1))
     >>> outcome.reason, outcome.value["output"]["status"], outcome.used.models, outcome.used.tools
     (<Reason.VALIDATED_DONE: 'validated_done'>, 'shipped', 2, 1)
     """
@@ -241,16 +236,16 @@ async def arun_responses(
 ) -> Outcome:
     """:func:`run_responses` with ``openai.AsyncOpenAI``; tools and ``verify`` may be coroutine functions.
 
-    >>> import asyncio, openai
+    >>> import asyncio
     >>> from agents_loopguard import Budget
-    >>> from tests.support.scripted_openai import ScriptedOpenAIServer, http_error
-    >>> async def main(url):
-    ...     async with openai.AsyncOpenAI(base_url=url, api_key="test") as client:
-    ...         return await arun_responses(client, model="gpt-4o-mini", input="hi", tools=[],
+    >>> from agents_loopguard.function_calling.scripted import scripted_client
+    >>> async def main():
+    ...     client, requests = scripted_client(401, asynchronous=True)
+    ...     async with client:
+    ...         outcome = await arun_responses(client, model="gpt-4o-mini", input="hi", tools=[],
     ...             budget=Budget(model_turns=5, tool_executions=0))
-    >>> with ScriptedOpenAIServer([http_error(401)]) as srv:
-    ...     outcome = asyncio.run(main(srv.base_url))
-    ...     attempts = len(srv.requests)
+    ...     return outcome, len(requests)
+    >>> outcome, attempts = asyncio.run(main())
     >>> outcome.status, outcome.reason, attempts, outcome.used.models
     (<Status.NEEDS_HUMAN: 'needs_human'>, <Reason.PERMISSION: 'permission'>, 1, 1)
     """

@@ -15,7 +15,7 @@ from typing import Any
 from ..engine.calls import KINDS, Kind
 from .retry import NO_RETRY, RetryPolicy
 
-__all__ = ["ToolSpec", "Verify", "declare_tool", "parse_arguments"]
+__all__ = ["ToolSpec", "Unnamed", "Verify", "declare_tool", "parse_arguments"]
 
 Verify = Callable[[dict[str, Any], Any], Any]
 """``verify(args, output) -> evidence``, sync or async: the application's trusted check of a tool result."""
@@ -36,6 +36,34 @@ class ToolSpec:
     """Retries of a transient failure verified to have had no effect (none by default)."""
     max_executions: int | None = None
     """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
+
+    def operation_of(self, args: Mapping[str, Any]) -> str | Unnamed | None:
+        """The business operation a write with these arguments performs (``None`` for a tool that is not a
+        write), or :class:`Unnamed` with why ``operation_id(args)`` could not name it: the one derivation used to
+        reserve the write and to show it in a pause.
+
+        >>> spec = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['order']}",
+        ...                     verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"})
+        >>> spec.operation_of({"order": 42}), spec.operation_of({}).why
+        ('refund-42', "KeyError: 'order'")
+        """
+        if self.kind != "write" or self.operation_id is None:
+            return None
+        try:
+            derived = self.operation_id(dict(args))
+        except Exception as exc:  # the model's arguments lack what names the operation
+            return Unnamed(f"{type(exc).__name__}: {exc}")
+        if isinstance(derived, str) and derived:
+            return derived
+        return Unnamed(f"it returned {derived!r}")
+
+
+@dataclass(frozen=True)
+class Unnamed:
+    """A write whose ``operation_id(args)`` could not name its operation, and why (it is refused as
+    ``missing_operation_id``)."""
+
+    why: str
 
 
 def declare_tool(

@@ -49,7 +49,7 @@ from ..engine.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from ..engine.metering import NOTHING_RESERVED, Reserved
 from ..engine.outcome import Outcome, Reason, Status
 from ..store.defaults import default_store
-from .declarations import ToolSpec, Verify, declare_tool, parse_arguments
+from .declarations import ToolSpec, Unnamed, Verify, declare_tool, parse_arguments
 from .effects import (
     Answer,
     Check,
@@ -522,15 +522,12 @@ class GuardedRun:
         if problem is not None:
             return self.refuse_invalid(tool, spec.kind, problem)
         limit = spec.max_executions
-        if spec.kind != "write" or spec.operation_id is None:
+        named = spec.operation_of(args)
+        if named is None:
             return Call(tool, args, spec.kind, None, call_id, limit)
-        try:
-            derived = spec.operation_id(args)
-        except Exception as exc:  # the model's arguments lack what names the operation
-            return self._no_operation(Call(tool, args, "write", None, call_id, limit), f"{type(exc).__name__}: {exc}")
-        if isinstance(derived, str) and derived:
-            return Call(tool, args, "write", derived, call_id, limit)
-        return self._no_operation(Call(tool, args, "write", None, call_id, limit), f"it returned {derived!r}")
+        if isinstance(named, Unnamed):
+            return self._no_operation(Call(tool, args, "write", None, call_id, limit), named.why)
+        return Call(tool, args, "write", named, call_id, limit)
 
     def parse(self, spec: ToolSpec, tool: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | Executed:
         """The model's arguments as a dict, or the refusal the model reads (``invalid_call``); nothing is parsed

@@ -14,6 +14,8 @@
 * :func:`run_guarded` / :func:`run_guarded_sync` / :func:`run_guarded_streamed`: run an agent under the task's
   guard (every model attempt and tool execution reserved first; forced ``tool_choice`` released once no work
   remains) and map how the run ended to one :class:`~agents_loopguard.Outcome`.
+* :class:`LoopGuard`: the same guard attached to your own ``Runner.run`` (``hooks=guard.hooks(yours)``,
+  ``run_config=guard.run_config(yours)``), the outcome read from the result or from the exception the SDK raised.
 * :func:`persist_pause` / :func:`resume_guarded` / :func:`resume_guarded_sync`: an approval pause is stored with
   the task's budget (by default) and resumed once, in any process, with the counters continuing.
 """
@@ -21,6 +23,7 @@
 from ..ops.approvals import ResumeError
 from ..run import OnRefusal, ToolSpec
 from ._internal import current_guard
+from .attach import LoopGuard
 from .hooks import GuardHooks
 from .model import GuardedModel, GuardedModelProvider
 from .pauses import pending_calls, persist_pause
@@ -34,6 +37,7 @@ __all__ = [
     "GuardedModel",
     "GuardedModelProvider",
     "GuardedStream",
+    "LoopGuard",
     "OnRefusal",
     "ResumeError",
     "ToolSpec",

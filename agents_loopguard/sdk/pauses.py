@@ -64,13 +64,8 @@ def _pending_call(item: ToolApprovalItem, secrets: Iterable[str]) -> dict[str, A
     tool = _tool_of(item)
     spec = tool_spec(tool) if tool is not None else None
     kind = spec.kind if spec is not None else "read"
-    operation_id: str | None = None
-    if spec is not None and spec.kind == "write" and spec.operation_id is not None and isinstance(args, dict):
-        try:
-            derived = spec.operation_id(args)
-        except Exception:  # the guard refuses such a write as missing_operation_id when it is approved
-            derived = None
-        operation_id = derived if isinstance(derived, str) and derived else None
+    named = spec.operation_of(args) if spec is not None and isinstance(args, dict) else None
+    operation_id = named if isinstance(named, str) else None  # unnamed: refused as missing_operation_id if approved
     try:
         arguments = canonical_json(redact(args, secrets=secrets)).decode() if args is not None else None
     except CanonicalError:

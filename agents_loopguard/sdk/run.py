@@ -262,8 +262,9 @@ class GuardedStream:
             self._result = await self._start()
             async for event in self._result.stream_events():
                 yield event
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the task is recorded as cancelled before the cancellation goes on
             self._cancelled = True
+            await self.outcome()
             raise
         except Exception as exc:
             self._error = exc

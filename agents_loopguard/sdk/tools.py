@@ -23,25 +23,18 @@ import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeAlias, cast, overload
+from typing import Any, cast, overload
 
 from agents import (
-    AgentBase,
     FunctionTool,
-    FunctionToolCustomDataExtractor,
-    RunContextWrapper,
-    ToolCaller,
-    ToolInputGuardrail,
-    ToolOutputGuardrail,
     function_tool,
 )
 from agents.exceptions import UserError
-from agents.function_schema import DocstringStyle
-from agents.tool import ToolErrorFunction, ToolFunction, ToolTimeoutBehavior
+from agents.tool import ToolFunction
 from agents.tool_context import ToolContext
 
 from ..engine.core import Kind
-from ..run import Executed, GuardedRun, ToolSpec, Verify, declare_tool
+from ..run import Executed, GuardedRun, RetryPolicy, ToolSpec, Verify, declare_tool
 from ._internal import ACTIVE_RUN, execute
 
 __all__ = ["guard_tool", "guarded_tool", "tool_spec"]
@@ -52,13 +45,6 @@ _ORIGINAL = "__loopguard_original__"
 _BIND = "__agents_bind_function_tool__"
 """The SDK's hook for an invoker to follow its tool: ``FunctionTool.__post_init__`` (run by ``dataclasses.replace``
 and ``copy.copy``) rebinds the invoker to the new tool, so a copy's failure policy is the copy's own."""
-
-_UNSET_FAILURE: Any = inspect.signature(function_tool).parameters["failure_error_function"].default
-"""``function_tool``'s own "not given" for ``failure_error_function``: the SDK's default message, not ``None``."""
-
-_IsEnabled: TypeAlias = bool | Callable[[RunContextWrapper[Any], AgentBase[Any]], Awaitable[bool] | bool]
-_NeedsApproval: TypeAlias = bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
-
 
 @dataclass
 class _Invocation:
@@ -73,17 +59,6 @@ class _Invocation:
 
 
 _INVOCATION: ContextVar[_Invocation | None] = ContextVar("agents_loopguard_invocation", default=None)
-
-
-def _spec(
-    kind: Kind,
-    operation_id: Callable[[dict[str, Any]], Any] | None,
-    verify: Verify | None,
-    max_executions: int | None,
-    *,
-    name: str,
-) -> ToolSpec:
-    return declare_tool(name, kind=kind, operation_id=operation_id, verify=verify, max_executions=max_executions)
 
 
 async def _run_call(
@@ -217,90 +192,49 @@ def tool_spec(tool: FunctionTool) -> ToolSpec | None:
 @overload
 def guarded_tool(
     func: ToolFunction[...],
+    declaration: ToolSpec | None = None,
     /,
     *,
-    kind: Kind = "read",
+    kind: Kind | None = None,
     operation_id: Callable[[dict[str, Any]], str] | None = None,
     verify: Verify | None = None,
     max_executions: int | None = None,
-    name_override: str | None = None,
-    description_override: str | None = None,
-    docstring_style: DocstringStyle | None = None,
-    use_docstring_info: bool = True,
-    failure_error_function: ToolErrorFunction | None = ...,
-    strict_mode: bool = True,
-    is_enabled: _IsEnabled = True,
-    needs_approval: _NeedsApproval = False,
-    tool_input_guardrails: list[ToolInputGuardrail[Any]] | None = None,
-    tool_output_guardrails: list[ToolOutputGuardrail[Any]] | None = None,
-    timeout: float | None = None,
-    timeout_behavior: ToolTimeoutBehavior = "error_as_result",
-    timeout_error_function: ToolErrorFunction | None = None,
-    defer_loading: bool = False,
-    custom_data_extractor: FunctionToolCustomDataExtractor | None = None,
-    allowed_callers: list[ToolCaller] | None = None,
-    output_type: Any | None = None,
-    output_json_schema: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    **function_tool_options: Any,
 ) -> FunctionTool: ...
 
 
 @overload
 def guarded_tool(
+    declaration: ToolSpec | None = None,
+    /,
     *,
-    kind: Kind = "read",
+    kind: Kind | None = None,
     operation_id: Callable[[dict[str, Any]], str] | None = None,
     verify: Verify | None = None,
     max_executions: int | None = None,
-    name_override: str | None = None,
-    description_override: str | None = None,
-    docstring_style: DocstringStyle | None = None,
-    use_docstring_info: bool = True,
-    failure_error_function: ToolErrorFunction | None = ...,
-    strict_mode: bool = True,
-    is_enabled: _IsEnabled = True,
-    needs_approval: _NeedsApproval = False,
-    tool_input_guardrails: list[ToolInputGuardrail[Any]] | None = None,
-    tool_output_guardrails: list[ToolOutputGuardrail[Any]] | None = None,
-    timeout: float | None = None,
-    timeout_behavior: ToolTimeoutBehavior = "error_as_result",
-    timeout_error_function: ToolErrorFunction | None = None,
-    defer_loading: bool = False,
-    custom_data_extractor: FunctionToolCustomDataExtractor | None = None,
-    allowed_callers: list[ToolCaller] | None = None,
-    output_type: Any | None = None,
-    output_json_schema: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    **function_tool_options: Any,
 ) -> Callable[[ToolFunction[...]], FunctionTool]: ...
 
 
 def guarded_tool(
-    func: ToolFunction[...] | None = None,
+    func: ToolFunction[...] | ToolSpec | None = None,
+    declaration: ToolSpec | None = None,
     /,
     *,
-    kind: Kind = "read",
+    kind: Kind | None = None,
     operation_id: Callable[[dict[str, Any]], str] | None = None,
     verify: Verify | None = None,
     max_executions: int | None = None,
-    name_override: str | None = None,
-    description_override: str | None = None,
-    docstring_style: DocstringStyle | None = None,
-    use_docstring_info: bool = True,
-    failure_error_function: ToolErrorFunction | object | None = _UNSET_FAILURE,
-    strict_mode: bool = True,
-    is_enabled: _IsEnabled = True,
-    needs_approval: _NeedsApproval = False,
-    tool_input_guardrails: list[ToolInputGuardrail[Any]] | None = None,
-    tool_output_guardrails: list[ToolOutputGuardrail[Any]] | None = None,
-    timeout: float | None = None,
-    timeout_behavior: ToolTimeoutBehavior = "error_as_result",
-    timeout_error_function: ToolErrorFunction | None = None,
-    defer_loading: bool = False,
-    custom_data_extractor: FunctionToolCustomDataExtractor | None = None,
-    allowed_callers: list[ToolCaller] | None = None,
-    output_type: Any | None = None,
-    output_json_schema: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    **function_tool_options: Any,
 ) -> FunctionTool | Callable[[ToolFunction[...]], FunctionTool]:
-    """``@function_tool`` with a guard declaration: every ``function_tool`` keyword, with its default and meaning,
-    plus the guard's own.
+    """``@function_tool`` with a guard declaration: the guard's declaration, and every ``function_tool`` keyword
+    (``name_override``, ``needs_approval``, ``timeout``, ``failure_error_function``...) passed through as is.
+
+    The declaration is one :class:`~agents_loopguard.run.ToolSpec` (positional, reusable across tools and adapters:
+    ``declare_tool(name, ...)`` checks it) or its fields as keywords (they win over the object's):
 
     Args:
         kind: ``read`` (default), ``write``, ``poll`` (asks about an async job) or ``page`` (one page of a listing).
@@ -311,9 +245,11 @@ def guarded_tool(
             ``effect`` (``none``; writes: ``committed`` / ``not_committed`` / ``unknown``). Required for writes.
             Without it a read proves no progress (revision unchanged), so the stall rule bounds it.
         max_executions: executions of this tool allowed for the whole task (``None``: only the task's budget).
-        failure_error_function: as ``function_tool``'s (not given: the SDK's default message; ``None``: the body's
-            exception is raised, and the run ends with the failure the guard recorded). It is read from the tool
-            at call time, so ``dataclasses.replace(tool, ...)`` with another policy behaves as the copy.
+        retry: retries of a transient failure verified to have had no effect (none by default).
+        **function_tool_options: ``function_tool``'s own keywords. ``failure_error_function``: not given, the SDK's
+            default message; ``None``, the body's exception is raised and the run ends with the failure the guard
+            recorded. It is read from the tool at call time, so ``dataclasses.replace(tool, ...)`` with another
+            policy behaves as the copy.
 
     A refused call never runs the body; a committed write returns its stored result without running it.
 
@@ -328,35 +264,33 @@ def guarded_tool(
     >>> tool_spec(refund).kind, tool_spec(refund).max_executions
     ('write', 3)
     """
-    options: dict[str, Any] = {
-        "name_override": name_override,
-        "description_override": description_override,
-        "docstring_style": docstring_style,
-        "use_docstring_info": use_docstring_info,
-        "failure_error_function": failure_error_function,
-        "strict_mode": strict_mode,
-        "is_enabled": is_enabled,
-        "needs_approval": needs_approval,
-        "tool_input_guardrails": tool_input_guardrails,
-        "tool_output_guardrails": tool_output_guardrails,
-        "timeout": timeout,
-        "timeout_behavior": timeout_behavior,
-        "timeout_error_function": timeout_error_function,
-        "defer_loading": defer_loading,
-        "custom_data_extractor": custom_data_extractor,
-        "allowed_callers": allowed_callers,
-        "output_type": output_type,
-        "output_json_schema": output_json_schema,
-    }
+    if isinstance(func, ToolSpec):  # @guarded_tool(spec, ...): the declaration came first
+        func, declaration = None, func
+    fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify, "retry": retry}
+    fields["max_executions"] = max_executions
 
     def decorate(the_func: ToolFunction[...]) -> FunctionTool:
-        name = name_override or str(getattr(the_func, "__name__", "tool"))
-        spec = _spec(kind, operation_id, verify, max_executions, name=name)
-        return _decorated(the_func, spec, options)
+        name = function_tool_options.get("name_override") or str(getattr(the_func, "__name__", "tool"))
+        return _decorated(the_func, _declared(name, declaration, fields), function_tool_options)
 
     if func is not None:
         return decorate(func)
     return decorate
+
+
+def _declared(name: str, declaration: ToolSpec | None, fields: dict[str, Any]) -> ToolSpec:
+    """The tool's checked declaration: ``declaration``'s fields, replaced by the keywords given."""
+    base = declaration if declaration is not None else ToolSpec()
+    given = {key: value for key, value in fields.items() if value is not None}
+    merged = {
+        "kind": base.kind,
+        "operation_id": base.operation_id,
+        "verify": base.verify,
+        "retry": base.retry,
+        "max_executions": base.max_executions,
+        **given,
+    }
+    return declare_tool(name, **merged)
 
 
 def _decorated(func: Callable[..., Any], spec: ToolSpec, options: dict[str, Any]) -> FunctionTool:
@@ -369,7 +303,7 @@ def _decorated(func: Callable[..., Any], spec: ToolSpec, options: dict[str, Any]
         )
     if not inspect.isroutine(func):
         return _guard(function_tool(func, **options), spec)
-    if options["timeout"] is not None and not inspect.iscoroutinefunction(func):
+    if options.get("timeout") is not None and not inspect.iscoroutinefunction(func):
         raise ValueError("FunctionTool timeout_seconds is only supported for async @function_tool handlers.")
     built = function_tool(_shim(func), **options)
     return dataclasses.replace(built, on_invoke_tool=_guarded_invoker(built.on_invoke_tool, spec, function=func))
@@ -377,11 +311,14 @@ def _decorated(func: Callable[..., Any], spec: ToolSpec, options: dict[str, Any]
 
 def guard_tool(
     tool: FunctionTool,
+    declaration: ToolSpec | None = None,
+    /,
     *,
-    kind: Kind = "read",
+    kind: Kind | None = None,
     operation_id: Callable[[dict[str, Any]], str] | None = None,
     verify: Verify | None = None,
     max_executions: int | None = None,
+    retry: RetryPolicy | None = None,
 ) -> FunctionTool:
     """Guard a ``FunctionTool`` that already exists (made by ``function_tool``, ``agent.as_tool()``, by hand...).
 
@@ -399,7 +336,8 @@ def guard_tool(
     >>> tool_spec(guarded).max_executions
     5
     """
-    return _guard(tool, _spec(kind, operation_id, verify, max_executions, name=tool.name))
+    fields = {"kind": kind, "operation_id": operation_id, "verify": verify, "max_executions": max_executions}
+    return _guard(tool, _declared(tool.name, declaration, {**fields, "retry": retry}))
 
 
 _REBUILT: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, FunctionTool]] = weakref.WeakKeyDictionary()

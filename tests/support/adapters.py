@@ -47,9 +47,10 @@ from tests.support.wire import tool_outputs
 
 __all__ = ["ADAPTERS", "Calls", "Fail", "Obey", "Ran", "Say", "Tool", "run_scenario", "tool_value"]
 
-ADAPTERS = ["sdk", "sdk-streamed", "chat", "responses"]
-"""Every way a scenario runs: the Agents SDK adapter (``run_guarded``, ``run_guarded_streamed``) and the raw loop
-(Chat Completions, sync; Responses, async)."""
+ADAPTERS = ["sdk", "sdk-streamed", "sdk-attached", "chat", "responses"]
+"""Every way a scenario runs: the Agents SDK adapter (``run_guarded``, ``run_guarded_streamed``, and a
+``LoopGuard`` attached to the application's own ``Runner.run``) and the raw loop (Chat Completions, sync;
+Responses, async)."""
 
 USAGE = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
 """What each scripted answer reports, the same on both sides (the scripted server's default usage)."""
@@ -175,7 +176,7 @@ def run_scenario(
         options["store"] = MemoryStore()
     if adapter.startswith("sdk"):
         settings = ModelSettings(tool_choice=tool_choice, max_tokens=max_output_tokens)
-        return _run_sdk(adapter == "sdk-streamed", steps, tools, settings, reset_forced_function, options)
+        return _run_sdk(adapter.removeprefix("sdk").lstrip("-"), steps, tools, settings, reset_forced_function, options)
     if adapter in ("chat", "responses"):
         loop_options = LoopOptions(
             tool_choice=_wire_choice(adapter, tool_choice),
@@ -222,7 +223,7 @@ def _sdk_step(turn: int, step: Step) -> Any:
 
 
 def _run_sdk(
-    streamed: bool,
+    mode: str,
     steps: Sequence[Step],
     tools: Sequence[Tool],
     settings: ModelSettings,
@@ -239,7 +240,7 @@ def _run_sdk(
         reset_tool_choice=reset,
     )
 
-    outcome = asyncio.run(guarded_outcome(agent, "go", stream=streamed, **options))
+    outcome = asyncio.run(guarded_outcome(agent, "go", mode=mode, **options))
     outputs = [told_by_id(call.input if isinstance(call.input, list) else []) for call in model.calls]
     return Ran(outcome, [call.model_settings.tool_choice for call in model.calls], outputs)
 

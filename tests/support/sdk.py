@@ -3,21 +3,35 @@ was told, and the verify functions several modules use."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from agents import Agent
+from agents import Agent, Runner
 
 from agents_loopguard import Outcome
-from agents_loopguard.sdk import run_guarded, run_guarded_streamed
+from agents_loopguard.sdk import LoopGuard, run_guarded, run_guarded_streamed
 
 __all__ = ["committed", "done_at_two", "guarded_outcome", "told", "told_by_id"]
 
 
-async def guarded_outcome(agent: Agent[Any], input: Any = "go", *, stream: bool = False, **kwargs: Any) -> Outcome:
-    """``run_guarded(agent, input, **kwargs)``, or ``run_guarded_streamed`` with every event consumed, then its
-    outcome."""
-    if not stream:
+async def guarded_outcome(
+    agent: Agent[Any], input: Any = "go", *, stream: bool = False, mode: str = "", **kwargs: Any
+) -> Outcome:
+    """``run_guarded(agent, input, **kwargs)``; ``run_guarded_streamed`` with every event consumed
+    (``stream=True`` or ``mode="streamed"``); or the application's own ``Runner.run`` with a
+    :class:`~agents_loopguard.sdk.LoopGuard` attached (``mode="attached"``); then its outcome."""
+    if mode == "attached":
+        guard = LoopGuard(input, **kwargs)
+        try:
+            result: Any = await Runner.run(agent, guard.input, hooks=guard.hooks(), run_config=guard.run_config())
+        except asyncio.CancelledError:  # the application's cancellation: recorded, then it goes on
+            await guard.outcome(cancelled=True)
+            raise
+        except Exception as exc:  # the SDK raised: the guard reads the outcome from the exception
+            result = exc
+        return await guard.outcome(result)
+    if not (stream or mode == "streamed"):
         return await run_guarded(agent, input, **kwargs)
     run = run_guarded_streamed(agent, input, **kwargs)
     async for _ in run.stream_events():
