@@ -1,4 +1,10 @@
-"""The `loopguard` command as an operator uses it: real subprocesses on a real database (SQLite file, PostgreSQL)."""
+"""The `loopguard` command as an operator uses it, on a real database (SQLite file, PostgreSQL).
+
+Commands run in process through typer's ``CliRunner`` (its isolated standard streams; the same ``main`` the console
+script calls, with its exit codes); a real subprocess runs them where the process is the point: the installed
+console script, another working directory or environment, a worker running beside the command, and the hint a
+command prints, run through the shell as a user would paste it.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +21,30 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from typer.testing import CliRunner
 
-from agents_loopguard import Budget, Guard, Reason, RecoveryRecord, Status
+from agents_loopguard import Budget, Guard, Reason, RecoveryRecord, Status, cli
 from agents_loopguard.ops.approvals import pause_digest
 from agents_loopguard.store.sql import SQLStore
 
 HERE = Path(__file__).parent
 _SCRIPT = Path(sys.executable).with_name("loopguard")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "agents_loopguard.cli"]
+
+
+def _in_process(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``loopguard ARGS`` run by ``cli.main`` in this process, its standard streams isolated by ``CliRunner``."""
+    with CliRunner().isolation() as (out, err, _):
+        try:
+            cli.main(args)
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+        else:
+            code = 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    return subprocess.CompletedProcess(["loopguard", *args], code, stdout, stderr)
 
 
 def loopguard(
@@ -33,10 +55,15 @@ def loopguard(
     command: list[str] | None = None,
     cwd: Path | None = None,
 ) -> Any:
-    argv = [*(command or COMMAND), *(["--db", url] if url else []), *args]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
+    """Run ``loopguard``: in process, or as a subprocess when a command, an environment or a directory is given."""
+    options = [*(["--db", url] if url else []), *args]
+    if command is None and env is None and cwd is None:
+        done = _in_process(options)
+    else:
+        argv = [*(command or COMMAND), *options]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
     if check and done.returncode != 0:
-        raise AssertionError(f"{argv} exited {done.returncode}: {done.stderr}")
+        raise AssertionError(f"loopguard {options} exited {done.returncode}: {done.stderr}")
     return done
 
 

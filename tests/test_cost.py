@@ -134,8 +134,26 @@ def test_a_cost_budget_needs_a_price_and_a_bound_on_the_output(server: ScriptedO
         with pytest.raises(ValueError, match="max_output_tokens"):
             run_chat_completions(client, budget=Budget(1, 0, cost=1.0), prices=PRICES, **ask)
         with pytest.raises(ValueError, match="no entry for model"):
-            run_chat_completions(client, budget=Budget(1, 0), prices={"o3": Price(1, 1)}, **ask)
+            run_chat_completions(client, budget=Budget(1, 0, cost=1.0), prices={"o3": Price(1, 1)}, **ask)
     assert server.requests == []
+
+
+def test_a_price_table_is_only_required_to_price_the_model_when_there_is_a_cost_budget(
+    server: ScriptedOpenAIServer,
+) -> None:
+    """R2: without a cost budget nothing is metered, so a table that lacks the model is accepted (as in the SDK
+    adapter; the raw loop used to refuse it)."""
+    server.add(final_text("ok"))
+    with openai.OpenAI(base_url=server.base_url, api_key="test") as client:
+        outcome = run_chat_completions(
+            client,
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            tools=[],
+            budget=Budget(1, 0),
+            prices={"o3": Price(1, 1)},
+        )
+    assert outcome.reason is Reason.UNVERIFIED_FINAL and len(server.requests) == 1
 
 
 def test_price_table_lookup_and_validation() -> None:

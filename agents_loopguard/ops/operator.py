@@ -54,6 +54,7 @@ __all__ = [
     "decide_pause",
     "iso_time",
     "operation_view",
+    "pause_notice",
     "pause_view",
     "pending_pauses",
     "reconcile_operation",
@@ -334,6 +335,29 @@ def pause_view(store: Store, pause_id: str) -> dict[str, Any]:
     if record is None:
         raise NotFoundError(f"no pause {pause_id!r} in this store")
     return _pause(record)
+
+
+def pause_notice(store: Store, pause_id: str) -> dict[str, Any]:
+    """What a notice of a new pause says: its id, its task, and each pending call's tool, operation id and
+    arguments (redacted, decoded from the stored canonical JSON); ``LookupError`` for an unknown pause."""
+    record = store.pause(pause_id)
+    if record is None:
+        raise LookupError(f"pause {pause_id!r} is not in the store")
+    calls = []
+    for call in record.pending_calls:
+        arguments: Any = call.get("arguments")
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        calls.append(
+            {
+                "call_id": call.get("call_id"),
+                "tool": call.get("tool"),
+                "operation_id": call.get("operation_id"),
+                "arguments": redact(arguments),
+            }
+        )
+    return {"pause_id": record.pause_id, "task_id": record.task_id, "calls": calls}
 
 
 def pending_pauses(store: Store) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ make a link or an ``@channel``), and the same data as fields under ``pause`` for
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -34,6 +33,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from ..engine.canonical import redact
+from ..ops.operator import pause_notice
 from ..store.base import Store
 
 __all__ = ["PauseNotifier", "pause_message"]
@@ -77,27 +77,6 @@ def pause_message(pause: Mapping[str, Any], *, console_url: str | None = None) -
             "console_url": link,
         },
     }
-
-
-def _stored_pause(store: Store, pause_id: str) -> dict[str, Any]:
-    record = store.pause(pause_id)
-    if record is None:
-        raise LookupError(f"pause {pause_id!r} is not in the store")
-    calls = []
-    for call in record.pending_calls:
-        arguments: Any = call.get("arguments")
-        if isinstance(arguments, str):
-            with contextlib.suppress(ValueError):
-                arguments = json.loads(arguments)
-        calls.append(
-            {
-                "call_id": call.get("call_id"),
-                "tool": call.get("tool"),
-                "operation_id": call.get("operation_id"),
-                "arguments": redact(arguments),
-            }
-        )
-    return {"pause_id": record.pause_id, "task_id": record.task_id, "calls": calls}
 
 
 class PauseNotifier:
@@ -151,7 +130,7 @@ class PauseNotifier:
     def notify(self, store: Store, pause_id: str) -> None:
         """Post the stored pause ``pause_id`` in the background; never raises (a failure is logged)."""
         try:
-            body = pause_message(_stored_pause(store, pause_id), console_url=self.console_url)
+            body = pause_message(pause_notice(store, pause_id), console_url=self.console_url)
         except Exception as exc:  # the run goes on whatever happens to its notification
             log.warning("pause %s: no notification (%s: %s)", pause_id, type(exc).__name__, redact(str(exc)))
             return
