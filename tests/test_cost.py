@@ -134,7 +134,9 @@ def test_a_cost_budget_needs_a_price_and_a_bound_on_the_output(server: ScriptedO
         with pytest.raises(ValueError, match="max_output_tokens"):
             run_chat_completions(client, budget=Budget(1, 0, cost=1.0), prices=PRICES, **ask)
         with pytest.raises(ValueError, match="no entry for model"):
-            run_chat_completions(client, budget=Budget(1, 0, cost=1.0), prices={"o3": Price(1, 1)}, **ask)
+            run_chat_completions(
+                client, budget=Budget(1, 0, cost=1.0), prices={"o3": Price(1, 1)}, max_output_tokens=10, **ask
+            )
     assert server.requests == []
 
 

@@ -23,6 +23,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from pydantic import BaseModel
 
 from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
+from agents_loopguard.run import declare_tool
 from agents_loopguard.sdk import current_guard, guard_tool, guarded_tool, run_guarded, tool_spec
 from agents_loopguard.sdk import tools as tools_module
 from tests.support.sdk import committed, told
@@ -67,6 +68,11 @@ async def aweather(city: str) -> str:
     return f"sunny in {city}"
 
 
+async def ahumidity(city: str) -> str:
+    """Async humidity."""
+    return f"dry in {city}"
+
+
 async def approve_big(_ctx: Any, params: dict[str, Any], _call_id: str) -> bool:
     return bool(params.get("amount", 0) > 10)
 
@@ -107,7 +113,7 @@ def test_bare_decorator_and_sync_timeout_rule_match_function_tool() -> None:
         guarded_tool(timeout=1)(weather)
 
 
-GUARD_KEYWORDS = ["kind", "operation_id", "verify", "max_executions"]
+GUARD_KEYWORDS = ["kind", "operation_id", "verify", "max_executions", "retry"]
 
 
 def _normalized(tp: Any) -> Any:
@@ -124,33 +130,55 @@ def _normalized(tp: Any) -> Any:
     return (origin, tuple(_normalized(a) for a in args))
 
 
-def test_guarded_tool_names_every_function_tool_keyword_with_its_default_and_type() -> None:
-    sdk = inspect.signature(function_tool).parameters
+def test_guarded_tool_passes_every_function_tool_keyword_through_instead_of_redeclaring_it() -> None:
+    """guarded_tool declares only the guard's own keywords; ``function_tool``'s pass through as they are, so the
+    tool it builds is the tool ``function_tool`` builds (name, description, schema, strictness, approval, timeout,
+    guardrails, enablement...), and a keyword ``function_tool`` does not know is its own ``TypeError``."""
     ours = inspect.signature(guarded_tool).parameters
-    keywords = [name for name, p in sdk.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    assert [name for name in keywords if name not in ours] == [], "function_tool keywords guarded_tool lacks"
-    assert [name for name, p in ours.items() if p.kind is p.KEYWORD_ONLY and name not in sdk] == GUARD_KEYWORDS
-    for name in keywords:
-        assert ours[name].kind is inspect.Parameter.KEYWORD_ONLY, name
-        assert ours[name].default is sdk[name].default or ours[name].default == sdk[name].default, name
-    # the types, resolved (the SDK imports AgentBase for type checkers only: resolve it from the package)
-    sdk_types = typing.get_type_hints(function_tool, globalns={**vars(agents), **vars(agents.tool)})
-    our_types = typing.get_type_hints(guarded_tool)
-    for name in ["func", *keywords]:
-        assert _normalized(our_types[name]) == _normalized(sdk_types[name]), name
-    assert _normalized(int | None) != _normalized(str | None)  # the comparison can tell types apart
+    assert [name for name, p in ours.items() if p.kind is p.KEYWORD_ONLY] == GUARD_KEYWORDS
+    assert [p.kind for p in ours.values()][-1] is inspect.Parameter.VAR_KEYWORD
+    sdk = inspect.signature(function_tool).parameters
+    options: dict[str, Any] = {
+        "name_override": "forecast",
+        "description_override": "The forecast.",
+        "strict_mode": False,
+        "needs_approval": True,
+        "is_enabled": False,
+        "timeout": 2.5,
+        "timeout_behavior": "raise_exception",
+        "defer_loading": True,
+    }
+    assert set(options) <= set(sdk), "the test names function_tool's own keywords"
+    plain, guarded = function_tool(aweather, **options), guarded_tool(aweather, **options)
+    for field in ("name", "description", "params_json_schema", "strict_json_schema", "needs_approval", "is_enabled"):
+        assert getattr(guarded, field) == getattr(plain, field), field
+    for field in ("timeout_seconds", "timeout_behavior", "defer_loading"):
+        assert getattr(guarded, field) == getattr(plain, field), field
+    assert tool_spec(guarded) is not None and tool_spec(plain) is None
+    with pytest.raises(TypeError, match="not_a_keyword"):
+        guarded_tool(aweather, not_a_keyword=1)
 
 
-def test_both_overloads_of_guarded_tool_name_every_keyword() -> None:
+def test_both_overloads_of_guarded_tool_name_the_guards_keywords() -> None:
     """What IDEs and type checkers read: the overloads, not the implementation."""
     tree = ast.parse(inspect.getsource(tools_module))
     defs = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "guarded_tool"]
     implementation = [a.arg for a in defs[-1].args.kwonlyargs]
-    assert len(defs) == 3 and implementation == list(inspect.signature(guarded_tool).parameters)[1:]
+    assert len(defs) == 3 and implementation == GUARD_KEYWORDS
     for overload in defs[:-1]:
         assert [d.id for d in overload.decorator_list if isinstance(d, ast.Name)] == ["overload"]
         assert [a.arg for a in overload.args.kwonlyargs] == implementation
         assert all(a.annotation is not None for a in overload.args.kwonlyargs)
+        assert overload.args.kwarg is not None and overload.args.kwarg.arg == "function_tool_options"
+
+
+def test_one_declaration_object_serves_several_tools_and_keywords_refine_it() -> None:
+    """A ``ToolSpec`` (checked by ``declare_tool``) is the tool's declaration; keywords given beside it win."""
+    write = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['city']}", verify=committed)
+    one, two = guarded_tool(write)(aweather), guarded_tool(write, max_executions=1)(ahumidity)
+    assert tool_spec(one).kind == tool_spec(two).kind == "write"  # type: ignore[union-attr]
+    assert (tool_spec(one).max_executions, tool_spec(two).max_executions) == (None, 1)  # type: ignore[union-attr]
+    assert tool_spec(one).operation_of({"city": "Oslo"}) == "refund-Oslo"  # type: ignore[union-attr]
 
 
 def test_max_executions_is_declared_by_both_ways_of_guarding() -> None:

@@ -161,6 +161,7 @@ class LoopGuard:
         self._hooks: GuardHooks | None = None
         self._owned: list[ModelProvider] = []
         self._max_turns_handled = False
+        self._restored: RunState[Any] | None = None
 
     @property
     def finished(self) -> Outcome | None:
@@ -202,7 +203,7 @@ class LoopGuard:
         copy = guard_agent(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
-        if isinstance(input, RunState) and not is_copy(getattr(input, "_current_agent", None)):
+        if isinstance(input, RunState) and input is not self._restored:  # the application's state stays as it was
             input = await self.restored(agent, input)
         return copy, input
 
@@ -214,7 +215,7 @@ class LoopGuard:
         restored: RunState[Any] = await RunState.from_json(
             copy, data, context_override=getattr(state, "_context", None)
         )
-        self.input = restored
+        self.input = self._restored = restored
         return restored
 
     def enter_streamed(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> Agent[Any]:
