@@ -561,6 +561,13 @@ class Store(abc.ABC):
     def activations(self, flow: str | None = None) -> list[Activation]:
         """Recorded activations, oldest first."""
 
+    def activation(self, activation_id: str) -> Activation | None:
+        """The recorded activation of that id (``None``: no activation has it, whatever task may).
+
+        This default scans :meth:`activations`; the backends look the id up.
+        """
+        return next((a for a in self.activations() if a.activation_id == activation_id), None)
+
     # --- approval pauses and transitions ----------------------------------------------------------------
 
     @abc.abstractmethod

@@ -479,6 +479,10 @@ class MemoryStore(Store):
         with self._lock:
             return [a for a in self._activations.values() if flow is None or a.flow == flow]
 
+    def activation(self, activation_id: str) -> Activation | None:
+        with self._lock:
+            return self._activations.get(activation_id)
+
     # approval pauses and transitions
 
     def save_pause(

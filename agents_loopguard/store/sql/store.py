@@ -386,6 +386,11 @@ class SQLStore(Store):
             rows = self._db.read(lambda cur: fetch_all(cur, self._st.activations_of, {"flow": flow}))
         return [activation(row) for row in rows]
 
+    def activation(self, activation_id: str) -> Activation | None:
+        params = {"activation_id": activation_id}
+        row = self._db.read(lambda cur: fetch_one(cur, self._st.activation, params))
+        return activation(row) if row is not None else None
+
     # --- approval pauses and transitions ------------------------------------------------------------------------------
 
     def save_pause(
