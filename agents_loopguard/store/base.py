@@ -283,6 +283,10 @@ class PauseRecord:
     decisions_digest: str | None = None
     """The digest of the recorded decisions, over the pause, the decisions and who decided
     (:func:`agents_loopguard.approvals.decisions_digest`); None before an operator decided."""
+    decided_why: str = ""
+    """The note the operator gave with the decisions (redacted like the trace; R18)."""
+    decided_at: float | None = None
+    """When the operator decided (None before, and for decisions given straight to the resume)."""
 
 
 @dataclass(frozen=True)

@@ -538,7 +538,13 @@ class MemoryStore(Store):
         with self._lock:
             record = check_decide(pause_id, self._pauses.get(pause_id))
             decided = replace(
-                record, status="decided", decisions=dict(decisions), decided_by=who, decisions_digest=digest
+                record,
+                status="decided",
+                decisions=dict(decisions),
+                decided_by=who,
+                decisions_digest=digest,
+                decided_why=why,
+                decided_at=now,
             )
             self._pauses[pause_id] = decided
             return decided

@@ -437,7 +437,14 @@ class SQLStore(Store):
         digest: str | None = None,
         now: float = 0.0,
     ) -> PauseRecord:
-        params = {"pause_id": pause_id, "who": who, "decisions": encode(dict(decisions)), "decisions_digest": digest}
+        params = {
+            "pause_id": pause_id,
+            "who": who,
+            "why": why,
+            "now": now,
+            "decisions": encode(dict(decisions)),
+            "decisions_digest": digest,
+        }
         return self._db.write(lambda cur: self._steps.decide_pause(cur, params), durable=True)
 
     def claim_pause(

@@ -1,4 +1,9 @@
-"""Activation operations move into their flow's namespace (R18): ``flow:<flow>:<operation id>``.
+"""Activation operations move into their flow's namespace, and a pause keeps the operator's note and time (R18).
+
+The note and the time of a pause's decisions (``decided_why``, ``decided_at``) were given and dropped; pauses decided
+before this version have neither (shown as no note, no time).
+
+Activation operations move into their flow's namespace: ``flow:<flow>:<operation id>``.
 
 Until now a workflow's write was recorded under the id the workflow sent, so it could alias an agent task's
 operation (replay it, block it, or forge its result). Every operation written by an activation's task is renamed into
@@ -12,6 +17,7 @@ Revises: 0004
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
@@ -28,6 +34,8 @@ MOVES = (
 
 
 def upgrade() -> None:
+    op.add_column("loopguard_pauses", sa.Column("decided_why", sa.Text(), nullable=True))
+    op.add_column("loopguard_pauses", sa.Column("decided_at", sa.Float(), nullable=True))
     op.execute(
         f"UPDATE loopguard_activations SET origin_operation_id = m.new_id FROM ({MOVES}) AS m "
         "WHERE loopguard_activations.origin_operation_id = m.old_id"
