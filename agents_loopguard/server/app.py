@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -139,19 +140,27 @@ class _Guarded:
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
-        received = 0
+        received, cut, started = 0, False, False
 
         async def bounded() -> Message:
-            nonlocal received
+            nonlocal received, cut
             message = await receive()
             received += len(message.get("body", b""))
-            if received > MAX_BODY:
+            if received > MAX_BODY:  # a chunked body has no length to refuse up front
+                cut = True
                 raise _TooLarge
             return message
 
-        try:
-            await self.app(scope, bounded, with_headers)
-        except _TooLarge:
+        async def answer(message: Message) -> None:
+            nonlocal started
+            if cut and not started:  # the app's answer to a body cut short (FastAPI says 400) becomes the 413
+                return
+            started = True
+            await with_headers(message)
+
+        with contextlib.suppress(_TooLarge):
+            await self.app(scope, bounded, answer)
+        if cut and not started:
             await self._too_large(send)
 
     @staticmethod

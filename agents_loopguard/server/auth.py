@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 SESSION_COOKIE = "loopguard_session"
-"""The console's session cookie: a random id (HttpOnly, SameSite=Strict); the token itself never reaches it."""
+"""The console's session cookie: a random id (HttpOnly, SameSite=Lax, so a link from elsewhere opens the console
+logged in, while a cross-site POST carries no cookie); the token itself never reaches it."""
 LOGIN_COOKIE = "loopguard_login"
 """The login form's CSRF cookie (double submit: the form carries the same value)."""
 
