@@ -600,7 +600,7 @@ def serve_cmd(
 
     Without tokens it listens on loopback only, with a one-run operator token in a file only you can read.
 
-    Needs the server extra of agents-loopguard (FastAPI, Uvicorn, Jinja2).
+    Needs the server extra of agents-loopguard (FastAPI, Uvicorn, Jinja2, prometheus-client).
     """
     try:
         from .server.serve import serve

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from ..canonical import redact
 from ..errors import LoopguardError, error_kind, exit_code, http_status
 from ..store.base import Store
-from . import api, console
+from . import api, console, metrics
 from .auth import AuthError, NeedsLogin, Unauthorized
 from .config import ServerConfig
 from .sessions import Sessions
@@ -51,7 +51,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
+    return request.url.path.startswith("/api/") or request.url.path == "/metrics"
 
 
 def _error(status: int, kind: str, message: str, *, error_type: str, code: int = 2) -> dict[str, Any]:
@@ -188,12 +188,14 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.store = store
     app.state.config = config
     app.state.sessions = Sessions(ttl=config.session_ttl)
+    app.state.metrics = metrics.StoreCollector(store)
     app.add_exception_handler(LoopguardError, _loopguard_error)
     app.add_exception_handler(AuthError, _auth_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(SQLAlchemyError, _store_fault)
     app.include_router(api.router)
+    app.include_router(metrics.router)
     app.include_router(console.router)
     app.mount("/static", StaticFiles(directory=console.HERE / "static"), name="static")
     app.add_middleware(_Guarded)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fastapi import Depends, Request
 
-from .config import Principal, ServerConfig, Tokens
+from .config import METRICS, Principal, ServerConfig, Tokens
 from .sessions import Session, Sessions, same_secret
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "NeedsLogin",
     "Unauthorized",
     "api_caller",
+    "api_metrics",
     "api_operator",
     "check_csrf",
     "console_session",
@@ -89,7 +90,14 @@ def api_caller(request: Request) -> Principal:
 def api_operator(caller: Principal = Depends(api_caller)) -> Principal:  # noqa: B008 - FastAPI's dependency idiom
     """The caller, if it holds an operator token (403 for a workflow token)."""
     if not caller.operator:
-        raise Forbidden(f"token {caller.name!r} has the workflow scope: this needs an operator token")
+        raise Forbidden(f"token {caller.name!r} has the {caller.scope} scope: this needs an operator token")
+    return caller
+
+
+def api_metrics(caller: Principal = Depends(api_caller)) -> Principal:  # noqa: B008 - FastAPI's dependency idiom
+    """The caller, if it may scrape ``/metrics``: a metrics or an operator token (403 for a workflow token)."""
+    if not (caller.operator or caller.scope == METRICS):
+        raise Forbidden(f"token {caller.name!r} has the {caller.scope} scope: /metrics needs a metrics token")
     return caller
 
 
