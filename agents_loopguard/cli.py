@@ -289,20 +289,20 @@ def _show_tables(view: dict[str, Any]) -> None:
     if view["pauses"]:
         _table(
             "pauses",
-            ["pause", "status", "calls", "decisions", "by", "created"],
+            ["pause", "status", "calls", "decisions", "decided by", "why", "decided", "resumed by", "created"],
             [
                 [
                     p["pause_id"],
                     p["status"] + ("" if p["digest_ok"] else " (DIGEST MISMATCH)"),
                     ", ".join(f"{c['call_id']}:{c['tool']}" for c in p["pending_calls"]),
                     ", ".join(f"{k}={v}" for k, v in p["decisions"].items()) or None,
-                    p["resumed_by"] or p["decided_by"],
-                    p["created_at"],
+                    *(p["decided_by"], p["decided_why"] or None, p["decided_at"], p["resumed_by"], p["created_at"]),
                 ]
                 for p in view["pauses"]
             ],
-            free=("calls", "decisions"),
+            free=("calls", "decisions", "why"),
         )
+        _committed_notes(view["pauses"])
     if view["transitions"]:
         _table(
             "transitions",
@@ -351,6 +351,14 @@ def record(task_id: str, as_json: JsonFlag = False) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def _committed_notes(pauses: list[dict[str, Any]]) -> None:
+    """Say under a pause's calls which of them would run nothing: their operation is already committed."""
+    for view in pauses:
+        for call in view["pending_calls"]:
+            if call["already_committed"] and view["status"] == "pending":
+                typer.echo(f"  note: {view['pause_id']} call {call['call_id']}: {call['already_committed']}")
+
+
 def _pause_lines(view: dict[str, Any]) -> None:
     typer.echo(
         f"pause {view['pause_id']} of task {view['task_id']}: {view['status']}"
@@ -361,6 +369,11 @@ def _pause_lines(view: dict[str, Any]) -> None:
         f"  stored with: {used['models']}/{limits['models']} model turns, "
         f"{used['tools']}/{limits['tools']} tool executions"
     )
+    if view["decided_by"]:
+        note = f": {view['decided_why']}" if view["decided_why"] else " (no note)"
+        typer.echo(f"  decided by {view['decided_by']} at {view['decided_at'] or '-'}{note}")
+    if view["resumed_by"]:
+        typer.echo(f"  resumed by {view['resumed_by']} at {view['resumed_at'] or '-'}")
 
 
 @app.command("pause")
@@ -381,6 +394,7 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
             ],
             free=("arguments",),
         )
+        _committed_notes([view])
 
     _emit(view, human)
 
@@ -412,6 +426,7 @@ def list_pauses(as_json: JsonFlag = False) -> None:
             ],
             free=("pause", "task", "calls"),
         )
+        _committed_notes(views)
 
     _emit(views, human)
 
@@ -585,7 +600,7 @@ def serve_cmd(
 
     Without tokens it listens on loopback only, with a one-run operator token in a file only you can read.
 
-    Needs the server extra of agents-loopguard (FastAPI, Uvicorn, Jinja2).
+    Needs the server extra of agents-loopguard (FastAPI, Uvicorn, Jinja2, prometheus-client).
     """
     try:
         from .server.serve import serve

@@ -121,7 +121,8 @@ def sync_order(trigger: TriggerGuard, rows: Rows, change: Change) -> Outcome:
     if guard.outcome is not None:
         return guard.outcome
     version, _ = rows.order(change.order_id)
-    operation_id = f"{FLOW}:order-{change.order_id}:sync-v{version}"  # the business action, stable across retries
+    # the business action, stable across retries, in the flow's namespace (R18): the row is stamped with this id
+    operation_id = trigger.operation_id(f"order-{change.order_id}:sync-v{version}")
     call = Call("mark_synced", {"order_id": change.order_id, "version": version}, "write", operation_id)
     ticket = guard.authorize(call)
     if isinstance(ticket, Verdict):

@@ -45,6 +45,7 @@ def populate(store: Store) -> None:
     _stopped_and_recovered(store)
     _pauses(store)
     _activations_and_seen(store)
+    _flows(store)
 
 
 def _completed(store: Store) -> None:
@@ -53,10 +54,10 @@ def _completed(store: Store) -> None:
         return {"revision": 2 if write else 1, "done": write, "effect": "committed" if write else "none"}
 
     run = create_runner(
-        budget=Budget(model_turns=BIG, tool_executions=10, deadline=4_102_444_800.5, cost=2.5),
-        ledger=store,
+        budget=Budget(model_turns=BIG, tool_executions=10, deadline=4_102_444_800.5),
+        store=store,
         now=lambda: 100.0,
-        execute=lambda call: {"status": "ok", "note": "réglé ✓", "n": BIG},
+        execute=lambda call: {"status": "ok", "note": "réglé ✓", "n": 2**53 - 1},  # results are I-JSON: safe ints
         verify=verify,
         task_id="fx-completed",
     )
@@ -71,7 +72,7 @@ def _lost(store: Store, task_id: str, operation_id: str) -> None:
 
     run = create_runner(
         budget=Budget(model_turns=6, tool_executions=3),
-        ledger=store,
+        store=store,
         now=lambda: 200.0,
         execute=lost,
         verify=lambda call, result: None,
@@ -125,6 +126,40 @@ def _activations_and_seen(store: Store) -> None:
     store.ensure_task("fx-pages", Budget(model_turns=9, tool_executions=9), revision=3, now=600.0)
     entry = TraceEntry(kind="tool", tool="list", args={"cursor": "c-1"}, result_class="ok", at=601.0)
     store.record_execution("fx-pages", entry, revision=4, seen=["cursor:c-1", "record:1", "record:2"])
+
+
+def _flow_write(trigger: Any, operation_id: str) -> str:
+    """The id a flow's write is made under, by the version running this script: since schema 5 (R18) in the flow's
+    namespace (``TriggerGuard.operation_id``), before that the id as the workflow gave it."""
+    namespaced = getattr(trigger, "operation_id", None)
+    return str(namespaced(operation_id)) if namespaced is not None else operation_id
+
+
+def _flows(store: Store) -> None:
+    """Activations through TriggerGuard: a committed write, its echo refused (the origin in its outcome), and a
+    write whose answer was lost, then reconciled (the operation on a transition)."""
+    from agents_loopguard.ops.triggers import TriggerGuard
+
+    def committed(call: Any, result: Any) -> dict[str, Any]:
+        return {"revision": 1, "done": True, "effect": "committed"}
+
+    orders = TriggerGuard(store, flow="orders", max_depth=0, clock=lambda: 700.0)
+    first = orders.activate("fx-flow-1")
+    guard = orders.guard(first, budget=Budget(model_turns=0, tool_executions=1))  # type: ignore[arg-type]
+    row = _flow_write(orders, "fx-row-1")
+    ticket = guard.authorize({"tool": "save", "kind": "write", "operation_id": row, "args": {"row": 1}})
+    assert isinstance(ticket, Ticket)
+    verdict = guard.settle(ticket, {"status": "ok", "row": 1}, committed)
+    assert verdict is not None and guard.end(verdict).status is Status.COMPLETED
+    echo = orders.activate("fx-flow-2", origin_operation_id=row)
+    assert getattr(echo, "reason", None) is Reason.TRIGGER_CHAIN
+    lost = orders.activate("fx-flow-3")
+    guard = orders.guard(lost, budget=Budget(model_turns=0, tool_executions=1))  # type: ignore[arg-type]
+    row = _flow_write(orders, "fx-row-3")
+    ticket = guard.authorize({"tool": "save", "kind": "write", "operation_id": row, "args": {"row": 3}})
+    assert isinstance(ticket, Ticket)
+    assert guard.end(guard.fail(ticket, TimeoutError("no answer"))).status is Status.NEEDS_RECONCILIATION
+    reconcile(store, row, "committed", who="ops", why="the row is there", result={"row": 3}, now=710.0)
 
 
 def write_sqlite() -> Path:

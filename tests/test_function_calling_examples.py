@@ -62,5 +62,5 @@ def test_raw_responses_example() -> None:
 def test_trigger_reentry_example() -> None:
     out = run_example("trigger_reentry.py")
     assert "change-1 (origin None): completed/validated_done" in out
-    assert "change-2 (origin orders-sync:order-42:sync-v1): stopped/trigger_chain" in out
+    assert "change-2 (origin flow:orders-sync:order-42:sync-v1): stopped/trigger_chain" in out
     assert "order 42: version 2, synced; pending change events: False" in out

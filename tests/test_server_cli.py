@@ -107,7 +107,10 @@ def test_serve_with_tokens_from_the_environment(db: str) -> None:
     assert all(secret not in out for secret in SECRETS.values())
 
 
-def test_the_one_run_token_file_is_private_and_the_token_works(db: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_one_run_token_file_is_private_and_the_token_works(db: str, tmp_path: Path, stop: signal.Signals) -> None:
+    """Ctrl-C (SIGINT) and what kill, systemd and docker stop send (SIGTERM) both stop the server cleanly: the
+    token file is removed and the store closed (SQLite's write-ahead log is folded back and deleted)."""
     log = tmp_path / "out.txt"
     port = free_port()
     with log.open("w") as out:
@@ -138,6 +141,10 @@ def test_the_one_run_token_file_is_private_and_the_token_works(db: str, tmp_path
         assert answer.status_code == 200
         assert token not in log.read_text()
     finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-    assert not path.exists()
+        process.send_signal(stop)
+        code = process.wait(timeout=60)
+    assert not path.exists() and not path.parent.exists(), log.read_text()
+    assert not (tmp_path / "served.db-wal").exists(), "the store was not closed"
+    assert "Traceback" not in log.read_text()
+    if stop == signal.SIGTERM:
+        assert code == 0 and "stopped (SIGTERM)" in log.read_text(), (code, log.read_text())

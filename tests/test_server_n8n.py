@@ -131,8 +131,8 @@ def test_a_self_retriggering_chain_is_cut_at_max_depth(
         f"{FLOW}:chg-3": ("stopped", "trigger_chain"),
     }
     assert [(o.operation_id, str(o.state)) for o in store.operations()] == [
-        ("orders-sync:order-42:from-v1", "committed"),
-        ("orders-sync:order-42:from-v2", "committed"),
+        ("flow:orders-sync:order-42:from-v1", "committed"),
+        ("flow:orders-sync:order-42:from-v2", "committed"),
     ]
     again = replay.run(orders.events[0], client)  # n8n delivers the first event again: it runs once
     assert again.executed == refused and len(orders.syncs) == 2

@@ -32,7 +32,7 @@ def client(store: SQLStore) -> Iterator[httpx.Client]:
 
 
 def write_of(order: int, version: int) -> dict[str, Any]:
-    return {"operation_id": f"{FLOW}:order-{order}:v{version}", "tool": "save_order", "args": {"order": order}}
+    return {"operation_id": f"order-{order}:v{version}", "tool": "save_order", "args": {"order": order}}
 
 
 def start(client: httpx.Client, event_id: str, **body: Any) -> dict[str, Any]:
@@ -63,7 +63,8 @@ def python_side(store: SQLStore) -> list[tuple[str, Any]]:
             continue
         guard = trigger.guard(entry, budget=Budget(model_turns=0, tool_executions=1))
         w = write_of(42, version)
-        ticket = guard.authorize(Call(w["tool"], w["args"], kind="write", operation_id=w["operation_id"]))
+        write_id = trigger.operation_id(w["operation_id"])  # the flow's namespace (R18)
+        ticket = guard.authorize(Call(w["tool"], w["args"], kind="write", operation_id=write_id))
         assert isinstance(ticket, Ticket)
         evidence = {"revision": guard.revision + 1, "done": True, "effect": "committed"}
         verdict = guard.settle(ticket, {"status": "ok", "output": "saved"}, lambda c, r, e=evidence: e)
@@ -137,7 +138,7 @@ def test_a_committed_write_is_answered_from_the_ledger_not_made_again(client: ht
     again = start(client, "e9", write=write_of(7, 1))  # another event asks for the same business write
     assert again["allowed"] is True and again["act"] is False
     assert again["write"] == {
-        "operation_id": f"{FLOW}:order-7:v1",
+        "operation_id": f"flow:{FLOW}:order-7:v1",
         "replay": True,
         "result": {"status": "ok", "output": {"row": 7}},
     }
@@ -148,7 +149,7 @@ def test_a_write_of_unknown_effect_blocks_every_later_attempt(client: httpx.Clie
     start(client, "e1", write=write_of(8, 1))
     ended = finish(client, "e1", effect="unknown", ending="failed")["outcome"]
     assert (ended["status"], ended["reason"]) == ("needs_reconciliation", "unknown_commit")
-    assert ended["operation_id"] == f"{FLOW}:order-8:v1"
+    assert ended["operation_id"] == f"flow:{FLOW}:order-8:v1"
     again = start(client, "e2", write=write_of(8, 1))
     assert again["allowed"] is False and again["act"] is False
     assert (again["outcome"]["status"], again["reason"]) == ("needs_reconciliation", "unknown_commit")
@@ -198,7 +199,7 @@ def test_a_workflow_reads_its_own_activation(client: httpx.Client) -> None:
     start(client, "e1", write=write_of(3, 1), budget={"model_turns": 0, "tool_executions": 2})
     view = client.get(f"{BASE}/e1").json()
     assert view["status"] == "running" and view["limits"] == {"model_turns": 0, "tool_executions": 2}
-    assert view["writes"] == [{"operation_id": f"{FLOW}:order-3:v1", "tool": "save_order", "state": "unknown"}]
+    assert view["writes"] == [{"operation_id": f"flow:{FLOW}:order-3:v1", "tool": "save_order", "state": "unknown"}]
     finish(client, "e1", effect="committed")
     assert client.get(f"{BASE}/e1").json()["outcome"]["status"] == "completed"
     assert client.get(f"{BASE}/e404").status_code == 404

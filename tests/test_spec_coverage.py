@@ -22,8 +22,6 @@ RULE_LINE = re.compile(r"^(R\d+)\s", re.MULTILINE)
 PENDING: dict[str, str] = {
     "R17": "issue 20: Scale out on a durable engine: compose with DBOS (and Temporal, Restate) instead of replacing "
     "their model provider",
-    "R18": "issue 21: Trust and audit: a scoped token stays in its scope, every operator word is kept, a rerun "
-    "returns what was verified",
 }
 """Rules of SPEC.md whose tests land with an open issue (named here with its title). A rule leaves this set when its
 tests land; a pending rule that a test already names fails the check below, so the set cannot go stale."""

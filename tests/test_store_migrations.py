@@ -21,9 +21,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from agents_loopguard import Budget, OperationState, Reason, Usage
+from agents_loopguard import Budget, OperationState, Outcome, Reason, Usage
 from agents_loopguard.engine.errors import NotFoundError
 from agents_loopguard.ops.approvals import check_pause, decide
+from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.store import SQLStore, StoreError
 from agents_loopguard.store.sql import HEAD_REVISION, METADATA, SCHEMA_VERSION
 from agents_loopguard.store.sql.migrate import migrate
@@ -305,7 +306,10 @@ def test_migrate_keeps_every_row_and_the_new_columns_work(old_store: str) -> Non
     done = loopguard("--db", old_store, "migrate")
     assert done.returncode == 0 and "from schema version 1 to" in done.stdout, done.stderr
     after = everything(old_store, first_release)
-    assert after | {"loopguard_meta": before["loopguard_meta"]} == before  # every row, every value
+    moved = {"row-by-act-0": "flow:orders:row-by-act-0"}  # R18: an activation's write moved into its namespace
+    expected = {table: sorted(tuple(moved.get(v, v) for v in row) for row in got) for table, got in before.items()}
+    # every row, every value, but the activation's operation id, wherever it was named
+    assert {t: sorted(got) for t, got in after.items()} | {"loopguard_meta": before["loopguard_meta"]} == expected
     assert rows(old_store, "loopguard_meta") == [("schema_version", str(SCHEMA_VERSION))]
     assert rows(old_store, VERSION_TABLE) == [(HEAD_REVISION,)]
     assert schema_drift(old_store) == []  # the same tables, columns and indexes as a store created today
@@ -329,6 +333,12 @@ def test_migrate_keeps_every_row_and_the_new_columns_work(old_store: str) -> Non
         assert store.reserve_tokens("new", 60, 30).granted and not store.reserve_tokens("new", 10, 1).granted
         assert store.reserve_execution("new", "a", max_repeats=2, tool_limit=("mail", 1)).granted
         assert store.reserve_execution("new", "b", max_repeats=2, tool_limit=("mail", 1)).reason is Reason.TOOL_LIMIT
+        # R18: the activation's write is in its flow's namespace, and the chain through it still holds
+        (moved_op,) = store.operations("fx-act-0")
+        assert moved_op.operation_id == "flow:orders:row-by-act-0" and store.lookup_operation("row-by-act-0") is None
+        assert store.activation("fx-act-1").origin_operation_id == moved_op.operation_id  # type: ignore[union-attr]
+        echo = TriggerGuard(store, flow="orders", max_depth=0).activate("fx-echo", origin_operation_id="row-by-act-0")
+        assert isinstance(echo, Outcome) and echo.reason is Reason.TRIGGER_CHAIN
         # the old pauses resume as before
         pending = store.pause("pause-pending")
         assert pending is not None and check_pause(pending) == pending

@@ -37,7 +37,8 @@ def sql_store_available() -> bool:
 def write_once(store: Store, trigger: TriggerGuard, activation: Activation, operation_id: str) -> Outcome:
     """A guarded write with a stable operation id, run as the activation's task."""
     guard = trigger.guard(activation, budget=Budget(model_turns=0, tool_executions=1))
-    ticket = guard.authorize(Call("save_row", {"row": operation_id}, kind="write", operation_id=operation_id))
+    write_id = trigger.operation_id(operation_id)  # the flow's namespace (R18)
+    ticket = guard.authorize(Call("save_row", {"row": operation_id}, kind="write", operation_id=write_id))
     assert not isinstance(ticket, Verdict)
     verdict = guard.settle(ticket, {"status": "ok"}, lambda c, r: {"revision": 1, "done": True, "effect": "committed"})
     assert verdict is not None
@@ -60,7 +61,7 @@ def test_the_example_flow_stops_its_own_echo() -> None:
     ]
     (first, done), (echo, stopped) = handled
     assert first.origin_operation_id is None
-    assert echo.origin_operation_id == "orders-sync:order-42:sync-v1"  # the row carries the operation that wrote it
+    assert echo.origin_operation_id == "flow:orders-sync:order-42:sync-v1"  # the row carries the write's id
     assert stopped.operation_id == echo.origin_operation_id
     assert stopped.task_id == "orders-sync:" + echo.event_id
     assert stopped.used.tools == 0 and "max_depth=0" in stopped.detail
@@ -126,10 +127,10 @@ def test_activations_not_caused_by_the_flow_start_new_chains() -> None:
     billing = TriggerGuard(store, flow="billing")
     first = orders.activate("evt-1")
     assert isinstance(first, Activation)
-    write_once(store, orders, first, "orders-sync:op-1")
+    write_once(store, orders, first, "op-1")
 
     unknown = orders.activate("evt-2", origin_operation_id="written-by-someone-else")
-    other_flow = billing.activate("evt-1", origin_operation_id="orders-sync:op-1")
+    other_flow = billing.activate("evt-1", origin_operation_id=orders.operation_id("op-1"))
     assert isinstance(unknown, Activation) and (unknown.depth, unknown.granted) == (0, True)
     # Another flow reacting to our write is not its own re-entry (it joins our chain); the same event id is a
     # distinct activation there.
@@ -144,11 +145,11 @@ def test_a_ping_pong_between_two_flows_is_stopped_at_the_trigger() -> None:
     billing = TriggerGuard(store, flow="billing", max_depth=0)
     first = orders.activate("evt-1")
     assert isinstance(first, Activation)
-    write_once(store, orders, first, "orders-sync:row-42")
-    invoice = billing.activate("evt-2", origin_operation_id="orders-sync:row-42")
+    write_once(store, orders, first, "row-42")
+    invoice = billing.activate("evt-2", origin_operation_id=orders.operation_id("row-42"))
     assert isinstance(invoice, Activation) and invoice.granted
-    write_once(store, billing, invoice, "billing:invoice-42")
-    echo = orders.activate("evt-3", origin_operation_id="billing:invoice-42")
+    write_once(store, billing, invoice, "invoice-42")
+    echo = orders.activate("evt-3", origin_operation_id=billing.operation_id("invoice-42"))
     assert isinstance(echo, Outcome) and echo.reason is Reason.TRIGGER_CHAIN
 
 
@@ -159,7 +160,7 @@ def test_guard_of_an_activation_uses_its_id_as_task_id_and_refuses_a_refused_one
     assert isinstance(first, Activation)
     assert trigger.guard(first, budget=Budget(model_turns=1, tool_executions=1)).task_id == "orders-sync:evt-1"
     write_once(store, trigger, first, "op-1")
-    echo = trigger.activate("evt-2", origin_operation_id="op-1")
+    echo = trigger.activate("evt-2", origin_operation_id="op-1")  # an id outside every namespace: the flow's own
     assert isinstance(echo, Outcome)
     refused = store.activations()[-1]
     with pytest.raises(ValueError, match="refused"):
@@ -187,7 +188,7 @@ def test_echo_is_recognized_across_two_processes_with_a_sqlite_store(tmp_path: P
     (first,) = run("--seed")
     (echo,) = run()
     assert (first["record"]["status"], first["record"]["reason"]) == ("completed", "validated_done")
-    assert echo["origin"] == "orders-sync:order-42:sync-v1"
+    assert echo["origin"] == "flow:orders-sync:order-42:sync-v1"
     assert (echo["record"]["status"], echo["record"]["reason"]) == ("stopped", "trigger_chain")
     assert echo["record"]["operation_id"] == echo["origin"]
     assert example.Rows(rows).order(42) == (2, "synced")

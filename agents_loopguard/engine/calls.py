@@ -12,12 +12,26 @@ from typing import Any, Literal
 
 from .outcome import Reason, Status, Usage
 
-__all__ = ["KINDS", "UNSET", "Call", "Kind", "Ticket", "Verdict", "parse_call"]
+__all__ = [
+    "FLOW_NAMESPACE",
+    "KINDS",
+    "UNSET",
+    "Call",
+    "Kind",
+    "Ticket",
+    "Verdict",
+    "flow_operation_id",
+    "outside_namespace",
+    "parse_call",
+]
 
 Kind = Literal["read", "write", "poll", "page"]
 KINDS: frozenset[str] = frozenset({"read", "write", "poll", "page"})
 UNSET: Any = object()
 """The value of a :class:`Verdict` that carries none of its own."""
+FLOW_NAMESPACE = "flow:"
+"""Operation ids that start with this belong to a workflow's activations (R18): ``flow:<flow>:<id>``, where the flow's
+``%`` is written ``%25`` and its ``:`` ``%3A`` (so no flow's namespace holds another's; SQL can write it too)."""
 
 
 @dataclass(frozen=True)
@@ -109,3 +123,41 @@ class Ticket:
     """True for a committed write: do not execute; return :attr:`result`."""
     result: Any = None
     used: Usage = field(default_factory=Usage)
+
+
+def flow_operation_id(flow: str, operation_id: str) -> str:
+    """The ledger id of a write made by an activation of ``flow``: in the flow's namespace, never a task's id (R18).
+
+    >>> flow_operation_id("orders-sync", "refund-order-42")
+    'flow:orders-sync:refund-order-42'
+    >>> flow_operation_id("a:b", "c")  # the flow is quoted, so no flow's namespace holds another's
+    'flow:a%3Ab:c'
+    """
+    return f"{FLOW_NAMESPACE}{flow.replace('%', '%25').replace(':', '%3A')}:{operation_id}"
+
+
+def outside_namespace(call: Call, flow: str | None) -> Verdict | None:
+    """The refusal of a write outside the task's namespace (``None``: it may be written), R18's rule for the ledger.
+
+    An activation of ``flow`` writes only in that flow's namespace; any other task (``flow=None``) writes only
+    outside every flow's namespace, so neither can replay, block or forge the other's operations.
+
+    >>> outside_namespace(Call("refund", {}, kind="write", operation_id="refund-order-42"), None) is None
+    True
+    >>> outside_namespace(Call("refund", {}, kind="write", operation_id="flow:orders-sync:refund-42"), None).detail
+    "operation 'flow:orders-sync:refund-42' is in a workflow's namespace: only that flow's activations write it"
+    """
+    op = call.operation_id
+    if call.kind != "write" or not op:
+        return None
+    own = flow_operation_id(flow, "") if flow is not None else None
+    if own is None and op.startswith(FLOW_NAMESPACE):
+        detail = f"operation {op!r} is in a workflow's namespace: only that flow's activations write it"
+    elif own is not None and not op.startswith(own):
+        detail = (
+            f"an activation of flow {flow!r} writes only in its namespace: operation {op!r} is not {own}<id> "
+            "(TriggerGuard.operation_id gives it)"
+        )
+    else:
+        return None
+    return Verdict(Status.STOPPED, Reason.OPERATION_CONFLICT, detail, op)

@@ -28,7 +28,7 @@ from typing import Any
 from ..store.base import OperationState, Progress, Store, TaskSnapshot, TraceEntry
 from ..store.memory import MemoryStore
 from .budget import Budget, Policy
-from .calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, parse_call
+from .calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, outside_namespace, parse_call
 from .canonical import CanonicalError, canonical_json, fingerprint, redact
 from .ending import Ending
 from .errors import StateError
@@ -41,6 +41,7 @@ from .evidence import (
     describe,
     parse_evidence,
     result_status,
+    unproven,
 )
 from .metering import Metering
 from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
@@ -85,8 +86,11 @@ class Guard(Metering, Ending):
         fingerprint_key: str | bytes | None = None,
         strict_budget: bool = False,
         prices: Mapping[str, Price] | None = None,
+        flow: str | None = None,
     ) -> None:
         self.task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
+        self.flow = flow
+        """The workflow whose activation this task is (``TriggerGuard.guard`` sets it): its writes' namespace."""
         self.budget = budget
         self.store: Store = store if store is not None else MemoryStore()
         self.policy = policy or Policy()
@@ -255,6 +259,8 @@ class Guard(Metering, Ending):
         if call.kind == "write" and not call.operation_id:
             verdict = Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
             return self._refuse(call, verdict, at=at, fp=fp)
+        if (foreign := outside_namespace(call, self.flow)) is not None:  # R18: a flow's writes, or a task's
+            return self._refuse(call, foreign, at=at, fp=fp)
         poll = call.kind == "poll"
         retries = self._transient.get(f"{fp}@{self.revision}", 0) if retry_of and retry_of.fingerprint == fp else 0
         max_repeats = (self.policy.max_polls if poll else self.policy.max_same_call) + retries
@@ -425,7 +431,8 @@ class Guard(Metering, Ending):
             or (proof.done and proof.effect is not Effect.COMMITTED)
         ):
             self._trace_only(ticket, "unknown_effect", state=str(OperationState.UNKNOWN))
-            return Verdict(Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT, _unproven(ticket, proof), op_id)
+            why = unproven(proof, op_id if ticket.replay else None)
+            return Verdict(Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT, why, op_id)
         return status, proof
 
     def _trace_only(self, ticket: Ticket, result_class: str, *, state: str | None = None) -> None:
@@ -517,18 +524,6 @@ def _is_json(value: Any) -> bool:
     except CanonicalError:
         return False
     return True
-
-
-def _unproven(ticket: Ticket, proof: Evidence) -> str:
-    """Why a write's effect is not proven; for a replay, what disagrees (the ledger's committed, the receiver's)."""
-    if ticket.replay:
-        op_id = ticket.call.operation_id
-        return (
-            f"the ledger holds operation {op_id!r} as committed but its verify now says {proof.effect}: the ledger "
-            "and the receiver disagree; ask the receiver, then confirm the ledger or correct it (loopguard "
-            "reconcile --correct)"
-        )
-    return f"the write's effect is {proof.effect}: not proven committed or not committed"
 
 
 def _page_cycle(proof: Evidence, progress: Progress) -> Verdict | None:

@@ -24,6 +24,7 @@ __all__ = [
     "describe",
     "parse_evidence",
     "result_status",
+    "unproven",
 ]
 
 _MAX_SAFE_INT = 2**53 - 1
@@ -228,3 +229,19 @@ def _with_extras(
             return f"record id ({describe(record)}) is not a string or integer"
         records.append(str(record))
     return Evidence(revision=revision, done=done, effect=effect, pending=pending, cursor=cursor, records=tuple(records))
+
+
+def unproven(proof: Evidence, replayed: str | None = None) -> str:
+    """Why a write's effect is not proven; for a replay of operation ``replayed``, what disagrees (the ledger's
+    committed, the receiver's).
+
+    >>> unproven(Evidence(revision=1, done=False, effect=Effect.NONE))
+    "the write's effect is none: not proven committed or not committed"
+    """
+    if replayed is not None:
+        return (
+            f"the ledger holds operation {replayed!r} as committed but its verify now says {proof.effect}: the ledger "
+            "and the receiver disagree; ask the receiver, then confirm the ledger or correct it (loopguard "
+            "reconcile --correct)"
+        )
+    return f"the write's effect is {proof.effect}: not proven committed or not committed"

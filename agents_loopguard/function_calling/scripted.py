@@ -1,6 +1,6 @@
 """A real ``openai`` client whose HTTP transport answers from a script: try a guarded loop, or test your own,
-without a key and without a network (httpx's ``MockTransport``: the client, its retries and its parsing are the
-real ones; only the server is scripted).
+without a key and without a network (the ``MockTransport`` of the client's HTTP library: the client, its retries
+and its parsing are the real ones; only the server is scripted).
 
 A script is a list of replies, one per request: :func:`says` (a final answer), :func:`calls` (tool calls), or an
 ``int`` (an HTTP error status). Every request body the client sent is kept, in order.
@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, overload
 
-import httpx
+import httpx2 as httpx  # the HTTP library the openai client is built on
 import openai
 
 __all__ = ["calls", "says", "scripted_client"]
@@ -118,7 +118,7 @@ def scripted_client(*replies: Reply, asynchronous: bool = False) -> tuple[Any, l
     >>> client.responses.create(model="m", input="where is 7?").output[0].name
     'lookup'
     """
-    script, requests = iter(replies), []
+    script, requests = iter(replies), list[Any]()
     handler = _answer(script, requests)
     if asynchronous:
         http = httpx.AsyncClient(transport=httpx.MockTransport(handler))

@@ -197,7 +197,18 @@ def _digest_ok(record: PauseRecord) -> bool:
     return True
 
 
-def _pause(record: PauseRecord) -> dict[str, Any]:
+def _committed(store: Store, operation_id: Any) -> str | None:
+    """What to tell the approver when the call's operation is already committed (nothing would run again)."""
+    op = store.lookup_operation(operation_id) if isinstance(operation_id, str) and operation_id else None
+    if op is None or op.state is not OperationState.COMMITTED:
+        return None
+    return (
+        f"operation {operation_id!r} is already committed (by task {op.task_id!r}): approving runs nothing, "
+        "the stored result is returned; rejecting does not undo it"
+    )
+
+
+def _pause(record: PauseRecord, store: Store) -> dict[str, Any]:
     calls = [
         {
             "call_id": call.get("call_id"),
@@ -205,6 +216,7 @@ def _pause(record: PauseRecord) -> dict[str, Any]:
             "operation_id": call.get("operation_id"),
             "arguments": _json_object(call.get("arguments")),
             "decision": record.decisions.get(str(call.get("call_id"))),
+            "already_committed": _committed(store, call.get("operation_id")),
         }
         for call in record.pending_calls
     ]
@@ -217,6 +229,8 @@ def _pause(record: PauseRecord) -> dict[str, Any]:
         **_counters(record.budget, record.used),
         "decisions": dict(record.decisions),
         "decided_by": _text(record.decided_by),
+        "decided_why": _text(record.decided_why),
+        "decided_at": iso_time(record.decided_at),
         "resumed_by": _text(record.resumed_by),
         "created_at": iso_time(record.created_at),
         "resumed_at": iso_time(record.resumed_at),
@@ -310,7 +324,7 @@ def task_view(store: Store, task_id: str, *, limit: int | None = None) -> dict[s
         "timeline": [_step(e) for e in shown],
         "timeline_total": len(trace),
         "operations": [_operation(o) for o in store.operations(task_id)],
-        "pauses": [_pause(p) for p in store.pauses(task_id)],
+        "pauses": [_pause(p, store) for p in store.pauses(task_id)],
         "transitions": [_transition(t) for t in store.transitions(task_id)],
         "allowed_next_actions": actions,
     }
@@ -334,7 +348,7 @@ def pause_view(store: Store, pause_id: str) -> dict[str, Any]:
     record = store.pause(pause_id)
     if record is None:
         raise NotFoundError(f"no pause {pause_id!r} in this store")
-    return _pause(record)
+    return _pause(record, store)
 
 
 def pause_notice(store: Store, pause_id: str) -> dict[str, Any]:
@@ -371,7 +385,7 @@ def pending_pauses(store: Store) -> list[dict[str, Any]]:
     for record in store.pauses():
         if record.status != "pending":
             continue
-        view = _pause(record)
+        view = _pause(record, store)
         task = store.task(record.task_id)
         if task is not None:
             view["task"] = {"status": task.status, **_counters(task.budget, task.used)}
@@ -509,7 +523,7 @@ def decide_pause(
         why=why,
     )
     decided = ", ".join(f"{call} {_PAST.get(verb, verb)}" for call, verb in record.decisions.items())
-    view = _pause(record)
+    view = _pause(record, store)
     view["message"] = (
         f"pause {record.pause_id} of task {record.task_id}: {decided}; the application's resume applies these decisions"
     )

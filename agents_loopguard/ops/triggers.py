@@ -14,14 +14,20 @@ activation is refused with ``stopped/trigger_chain``, in whichever process or ho
 >>> trigger = TriggerGuard(store, flow="orders-sync", max_depth=0)
 >>> first = trigger.activate("evt-1")                       # a change from outside: may run
 >>> guard = trigger.guard(first, budget=Budget(model_turns=0, tool_executions=2))
->>> ticket = guard.authorize(Call("save_row", {"order": 42, "version": 2}, kind="write",
-...                               operation_id="orders-sync:order-42:v2"))
+>>> write_id = trigger.operation_id("order-42:v2")          # the flow's namespace: never a task's operation
+>>> write_id
+'flow:orders-sync:order-42:v2'
+>>> ticket = guard.authorize(Call("save_row", {"order": 42, "version": 2}, kind="write", operation_id=write_id))
 >>> verdict = guard.settle(ticket, {"status": "ok"}, lambda c, r: {"revision": 1, "done": True, "effect": "committed"})
 >>> guard.end(verdict).status
 <Status.COMPLETED: 'completed'>
->>> again = trigger.activate("evt-2", origin_operation_id="orders-sync:order-42:v2")  # our own write's echo
+>>> again = trigger.activate("evt-2", origin_operation_id=write_id)  # our own write's echo
 >>> again.status, again.reason
 (<Status.STOPPED: 'stopped'>, <Reason.TRIGGER_CHAIN: 'trigger_chain'>)
+
+An activation's writes live in its flow's namespace (R18): its guard refuses any other operation id, and every other
+task's guard refuses ids in a flow's namespace, so a workflow can neither replay, block nor forge a task's ledger
+entries, nor a task a workflow's. An activation id held by a task that is not this flow's activation is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..engine.budget import Budget, Policy
+from ..engine.calls import FLOW_NAMESPACE, flow_operation_id
 from ..engine.core import Guard, Verdict
+from ..engine.errors import StateError
 from ..engine.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
 from ..store.base import Activation, Store
 
@@ -67,6 +75,29 @@ class TriggerGuard:
         """The activation (and task) id of ``event_id`` in this flow."""
         return f"{self.flow}:{event_id}"
 
+    def operation_id(self, operation_id: str) -> str:
+        """The ledger id of this flow's write ``operation_id``: in the flow's namespace (R18). Stamp this id on what
+        the write changes, so the change's event can name it as its origin."""
+        return flow_operation_id(self.flow, operation_id)
+
+    def _origin(self, origin_operation_id: str | None) -> str | None:
+        """The origin as the ledger knows it: an id outside every namespace that this flow wrote is the flow's."""
+        if not origin_operation_id or origin_operation_id.startswith(FLOW_NAMESPACE):
+            return origin_operation_id
+        own = self.operation_id(origin_operation_id)
+        return own if self.store.lookup_operation(own) is not None else origin_operation_id
+
+    def _check_task_id(self, activation_id: str) -> None:
+        """Refuse an activation whose id a task holds that is not this flow's activation (R18: not its to touch)."""
+        if self.store.task(activation_id) is None:
+            return
+        recorded = self.store.activation(activation_id)
+        if recorded is None or recorded.flow != self.flow:
+            raise StateError(
+                f"activation id {activation_id!r} is held by a task that is not an activation of flow "
+                f"{self.flow!r}: send the event with another id"
+            )
+
     def activate(self, event_id: str, *, origin_operation_id: str | None = None) -> Activation | Outcome:
         """Record the activation caused by ``event_id`` and decide whether the flow may run.
 
@@ -79,10 +110,11 @@ class TriggerGuard:
         """
         if not isinstance(event_id, str) or not event_id:
             raise ValueError("event_id must be a non-empty string identifying the incoming event")
+        self._check_task_id(self.activation_id(event_id))
         activation = self.store.activate(
             self.flow,
             self.activation_id(event_id),
-            origin_operation_id=origin_operation_id,
+            origin_operation_id=self._origin(origin_operation_id),
             max_depth=self.max_depth,
             now=float(self.clock()),
         )
@@ -120,6 +152,7 @@ class TriggerGuard:
             policy=policy,
             clock=self.clock,
             secrets=secrets,
+            flow=self.flow,
         )
 
     def _finished(self, task_id: str) -> Outcome | None:
@@ -132,7 +165,9 @@ class TriggerGuard:
             raise RecordError(f"task {task_id!r}: {exc}") from exc
 
     def _refused(self, activation: Activation) -> Outcome:
-        guard = Guard(budget=_REFUSED_BUDGET, store=self.store, task_id=activation.activation_id, clock=self.clock)
+        guard = Guard(
+            budget=_REFUSED_BUDGET, store=self.store, task_id=activation.activation_id, clock=self.clock, flow=self.flow
+        )
         if guard.outcome is not None:  # the same refused event, delivered again
             return guard.outcome
         origin = self.store.lookup_operation(activation.origin_operation_id or "")

@@ -122,9 +122,7 @@ async def call_tool(
     if guard is None:
         budget = budget if budget is not None else DEFAULT_BUDGET
         store = store if store is not None else MemoryStore()
-    options = RunOptions(
-        guard=guard, budget=budget, store=store, task_id=task_id, policy=policy, on_refusal=on_refusal
-    )
+    options = RunOptions(guard=guard, budget=budget, store=store, task_id=task_id, policy=policy, on_refusal=on_refusal)
     install_nested_guard()
     run = GuardedRun.start(options, observer=trace_decision, raises=GuardStopped)
     arguments = args if isinstance(args, str) else json.dumps(dict(args or {}))

@@ -46,6 +46,7 @@ _BIND = "__agents_bind_function_tool__"
 """The SDK's hook for an invoker to follow its tool: ``FunctionTool.__post_init__`` (run by ``dataclasses.replace``
 and ``copy.copy``) rebinds the invoker to the new tool, so a copy's failure policy is the copy's own."""
 
+
 @dataclass
 class _Invocation:
     """Handed from the ``on_invoke_tool`` wrapper to the body shim of the same call (same task, same context)."""

@@ -1,8 +1,10 @@
 """``loopguard serve``: a versioned HTTP JSON API (``/api/v1``) and a server-rendered web console for operators.
 
 Needs the ``server`` extra (``pip install 'agents-loopguard[server]'``: FastAPI, Uvicorn, Jinja2,
-python-multipart). Everything an operator sees or does goes through :mod:`agents_loopguard.ops.operator`, so the
-command line, the API and the console show the same data and refuse the same things; trigger activations for
+python-multipart, prometheus-client). Everything an operator sees or does goes through
+:mod:`agents_loopguard.ops.operator`, so the command line, the API and the console show the same data and refuse the
+same things; ``GET /metrics`` reads the store for Prometheus (:mod:`agents_loopguard.server.metrics`); trigger
+activations for
 workflows that are not Python go through :class:`~agents_loopguard.ops.triggers.TriggerGuard`
 (:mod:`agents_loopguard.server.workflows`). See ``docs/server.md``.
 

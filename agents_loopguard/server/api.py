@@ -219,6 +219,7 @@ def start_activation(request: Request, caller: Caller, flow: str, body: Activati
         max_depth=body.max_depth,
         budget=budget,
         write=write,
+        may_use_flow=caller.may_use_flow,
     )
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -23,7 +24,7 @@ from starlette.exceptions import HTTPException
 from ..engine.canonical import redact
 from ..engine.errors import LoopguardError, error_kind, exit_code, http_status
 from ..store.base import Store
-from . import api, console
+from . import api, console, metrics
 from .auth import AuthError, NeedsLogin, Unauthorized
 from .config import ServerConfig
 from .sessions import Sessions
@@ -50,7 +51,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
+    return request.url.path.startswith("/api/") or request.url.path == "/metrics"
 
 
 def _error(status: int, kind: str, message: str, *, error_type: str, code: int = 2) -> dict[str, Any]:
@@ -139,19 +140,27 @@ class _Guarded:
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
-        received = 0
+        received, cut, started = 0, False, False
 
         async def bounded() -> Message:
-            nonlocal received
+            nonlocal received, cut
             message = await receive()
             received += len(message.get("body", b""))
-            if received > MAX_BODY:
+            if received > MAX_BODY:  # a chunked body has no length to refuse up front
+                cut = True
                 raise _TooLarge
             return message
 
-        try:
-            await self.app(scope, bounded, with_headers)
-        except _TooLarge:
+        async def answer(message: Message) -> None:
+            nonlocal started
+            if cut and not started:  # the app's answer to a body cut short (FastAPI says 400) becomes the 413
+                return
+            started = True
+            await with_headers(message)
+
+        with contextlib.suppress(_TooLarge):
+            await self.app(scope, bounded, answer)
+        if cut and not started:
             await self._too_large(send)
 
     @staticmethod
@@ -179,12 +188,14 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.state.store = store
     app.state.config = config
     app.state.sessions = Sessions(ttl=config.session_ttl)
+    app.state.metrics = metrics.StoreCollector(store)
     app.add_exception_handler(LoopguardError, _loopguard_error)
     app.add_exception_handler(AuthError, _auth_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(SQLAlchemyError, _store_fault)
     app.include_router(api.router)
+    app.include_router(metrics.router)
     app.include_router(console.router)
     app.mount("/static", StaticFiles(directory=console.HERE / "static"), name="static")
     app.add_middleware(_Guarded)

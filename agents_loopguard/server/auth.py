@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fastapi import Depends, Request
 
-from .config import Principal, ServerConfig, Tokens
+from .config import METRICS, Principal, ServerConfig, Tokens
 from .sessions import Session, Sessions, same_secret
 
 __all__ = [
@@ -22,13 +22,15 @@ __all__ = [
     "NeedsLogin",
     "Unauthorized",
     "api_caller",
+    "api_metrics",
     "api_operator",
     "check_csrf",
     "console_session",
 ]
 
 SESSION_COOKIE = "loopguard_session"
-"""The console's session cookie: a random id (HttpOnly, SameSite=Strict); the token itself never reaches it."""
+"""The console's session cookie: a random id (HttpOnly, SameSite=Lax, so a link from elsewhere opens the console
+logged in, while a cross-site POST carries no cookie); the token itself never reaches it."""
 LOGIN_COOKIE = "loopguard_login"
 """The login form's CSRF cookie (double submit: the form carries the same value)."""
 
@@ -88,7 +90,14 @@ def api_caller(request: Request) -> Principal:
 def api_operator(caller: Principal = Depends(api_caller)) -> Principal:  # noqa: B008 - FastAPI's dependency idiom
     """The caller, if it holds an operator token (403 for a workflow token)."""
     if not caller.operator:
-        raise Forbidden(f"token {caller.name!r} has the workflow scope: this needs an operator token")
+        raise Forbidden(f"token {caller.name!r} has the {caller.scope} scope: this needs an operator token")
+    return caller
+
+
+def api_metrics(caller: Principal = Depends(api_caller)) -> Principal:  # noqa: B008 - FastAPI's dependency idiom
+    """The caller, if it may scrape ``/metrics``: a metrics or an operator token (403 for a workflow token)."""
+    if not (caller.operator or caller.scope == METRICS):
+        raise Forbidden(f"token {caller.name!r} has the {caller.scope} scope: /metrics needs a metrics token")
     return caller
 
 

@@ -50,7 +50,8 @@ TOKENS_FILE_ENV = "LOOPGUARD_SERVER_TOKENS_FILE"
 """Environment variable naming a file of token entries, one per line."""
 OPERATOR: Literal["operator"] = "operator"
 WORKFLOW: Literal["workflow"] = "workflow"
-Scope = Literal["operator", "workflow"]
+METRICS: Literal["metrics"] = "metrics"
+Scope = Literal["operator", "workflow", "metrics"]
 MIN_SECRET_LENGTH = 20
 """Shorter secrets are refused: a token is a password that never expires, guessable ones are no protection."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
@@ -98,8 +99,8 @@ def _parse_entry(text: str, number: int) -> tuple[_Entry, str]:
     name, scope, secret = parts[0], parts[1], parts[2]
     if not _NAME.match(name):
         raise ConfigError(f"token entry {number}: name {name[:64]!r} must be letters, digits, '.', '_', '@' or '-'")
-    if scope not in (OPERATOR, WORKFLOW):
-        raise ConfigError(f"token entry {number} ({name}): scope must be 'operator' or 'workflow'")
+    if scope not in (OPERATOR, WORKFLOW, METRICS):
+        raise ConfigError(f"token entry {number} ({name}): scope must be 'operator', 'workflow' or 'metrics'")
     if len(secret) < MIN_SECRET_LENGTH:
         raise ConfigError(
             f"token entry {number} ({name}): the secret is shorter than {MIN_SECRET_LENGTH} characters; "

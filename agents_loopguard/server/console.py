@@ -122,6 +122,11 @@ def login_form(request: Request, next: str = "/") -> Response:
     """The login form (an operator token); it sets the login CSRF cookie that the form must echo."""
     value = new_secret()
     response = _page(request, "login.html", None, login_csrf=value, next=safe_next(next), error=None)
+    return _with_login_cookie(request, response, value)
+
+
+def _with_login_cookie(request: Request, response: Response, value: str) -> Response:
+    """The login form's CSRF cookie (SameSite=Strict, only for /login; Secure with ``--secure-cookies``)."""
     response.set_cookie(
         LOGIN_COOKIE,
         value,
@@ -146,8 +151,7 @@ async def login(request: Request) -> Response:
         error = "That token is not an operator token of this server." if principal else "That token is not valid."
         value = new_secret()
         response = _page(request, "login.html", None, 401, login_csrf=value, next=target, error=error)
-        response.set_cookie(LOGIN_COOKIE, value, httponly=True, samesite="strict", path="/login", max_age=3600)
-        return response
+        return _with_login_cookie(request, response, value)
     sid, _ = _sessions(request).open(principal)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
@@ -17,6 +20,34 @@ from .config import TOKENS_ENV, ConfigError, ServerConfig, Tokens, is_loopback
 __all__ = ["serve", "startup_tokens"]
 
 LOCAL_TOKEN_NAME = "local"
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived (kill, systemd, docker stop), after Uvicorn's own graceful shutdown re-raised it."""
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+@contextmanager
+def _sigterm_unwinds(echo: Callable[[str], None]) -> Iterator[None]:
+    """Make SIGTERM unwind like Ctrl-C, so the token file is removed and the store closed.
+
+    Uvicorn shuts down gracefully on SIGTERM, then restores the previous handler and raises the signal again; with
+    Python's default handler that ends the process at once and no ``finally`` runs. Ours raises instead, and the
+    stop is a clean exit (0), said on the console.
+    """
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    except _Terminated:
+        echo("loopguard serve: stopped (SIGTERM)")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -64,12 +95,13 @@ def serve(
     """Serve the API and the console over the store at ``url`` until interrupted.
 
     Without tokens on a loopback address, an operator token named ``local`` is made for this run and written to a
-    file only this user can read (its path is printed, never the token).
+    file only this user can read (its path is printed, never the token). SIGINT and SIGTERM both stop it cleanly:
+    the file is removed and the store closed.
     """
     from ..store.sql import SQLStore
 
     tokens = startup_tokens(host)
-    with _maybe_local_token(tokens, echo) as tokens:
+    with _sigterm_unwinds(echo), _maybe_local_token(tokens, echo) as tokens:
         store = SQLStore(url)
         try:
             app = create_app(store, ServerConfig(tokens=tokens, secure_cookies=secure_cookies))

@@ -1,8 +1,8 @@
 """Console logins and their CSRF tokens, kept in the server's memory (a restart logs everyone out).
 
 A login with an operator token opens a session; the browser holds only a random session id in an HttpOnly,
-SameSite=Strict cookie (never the token). Each session has its own CSRF token, which every form carries and every
-POST must present; both are compared in constant time.
+SameSite=Lax cookie (never the token; the login form's own CSRF cookie is SameSite=Strict). Each session has its
+own CSRF token, which every form carries and every POST must present; both are compared in constant time.
 
 >>> from agents_loopguard.server.config import Principal
 >>> sessions = Sessions(ttl=60, clock=lambda: 1000.0)

@@ -7,7 +7,8 @@ between them, so any server process on the same store can answer either:
    an activation caused by the flow's own write beyond ``max_depth`` re-entries is refused (``stopped/trigger_chain``,
    recorded as a finished task, exactly as from Python); the same event delivered twice is one activation. A granted
    activation gets its task (``TriggerGuard.guard``) and, when the workflow names the write it is about to make
-   (operation id, tool, arguments), the write is reserved in the ledger as ``unknown`` before it happens: a committed
+   (operation id, tool, arguments), the write is reserved in the ledger as ``unknown`` before it happens, in the flow's
+   namespace (``flow:<flow>:<operation id>``: it can never be a task's operation, R18): a committed
    operation is answered with its stored result (``act`` false: do not write again), an unknown one is refused
    (``needs_reconciliation``), another payload under the same id is a conflict.
 2. :func:`finish_activation`: the workflow reports the write's effect (``committed``, ``not_committed`` or
@@ -20,10 +21,10 @@ when that is what the event carries; it stands for that activation's writes.
 
 >>> from agents_loopguard import MemoryStore
 >>> store = MemoryStore()
->>> write = Write("orders-sync:order-42:v2", "save_order", {"order": 42, "version": 2})
+>>> write = Write("order-42:v2", "save_order", {"order": 42, "version": 2})
 >>> first = start_activation(store, flow="orders-sync", event_id="evt-1", write=write)
->>> first["allowed"], first["act"], first["activation_id"]
-(True, True, 'orders-sync:evt-1')
+>>> first["allowed"], first["act"], first["activation_id"], first["write"]["operation_id"]
+(True, True, 'orders-sync:evt-1', 'flow:orders-sync:order-42:v2')
 >>> finish_activation(store, flow="orders-sync", event_id="evt-1", effect="committed")["outcome"]["status"]
 'completed'
 >>> echo = start_activation(store, flow="orders-sync", event_id="evt-2", origin_operation_id=write.operation_id)
@@ -69,15 +70,24 @@ def _trigger(store: Store, flow: str, max_depth: int, clock: Callable[[], float]
         raise InputError(str(exc)) from exc
 
 
-def _origin(store: Store, origin_operation_id: str | None, parent_activation: str | None) -> str | None:
+def _activation(store: Store, task_id: str, may_use_flow: Callable[[str], bool]) -> Activation:
+    """The recorded activation ``task_id`` of a flow the caller may use (R18: no other task is the caller's)."""
+    found = store.activation(task_id)
+    if found is None or not may_use_flow(found.flow):
+        raise NotFoundError(f"no activation {task_id!r} in this store")
+    return found
+
+
+def _origin(
+    store: Store, origin_operation_id: str | None, parent_activation: str | None, may_use_flow: Callable[[str], bool]
+) -> str | None:
     """The operation that caused the event: given, or a write of the parent activation (any: they share a chain)."""
     origin, parent = origin_operation_id or None, parent_activation or None  # "" from a form means absent
     if origin and parent:
         raise InputError("give origin_operation_id or parent_activation, not both")
     if parent is None:
         return origin
-    if store.task(parent) is None:
-        raise NotFoundError(f"no activation {parent!r} in this store")
+    _activation(store, parent, may_use_flow)
     writes = store.operations(parent)
     if not writes:
         raise InputError(
@@ -126,15 +136,18 @@ def start_activation(
     write: Write | None = None,
     secrets: Iterable[str] = (),
     clock: Callable[[], float] = time.time,
+    may_use_flow: Callable[[str], bool] = lambda flow: True,
 ) -> dict[str, Any]:
     """Record and decide an activation of ``flow``; reserve its write before it happens (see the module).
 
     The answer: ``allowed`` (may the flow run), ``act`` (may it make its write now: false for a refusal and for a
     write the ledger already holds as committed, whose stored result is in ``write.result``), ``reason`` and
-    ``outcome`` for a refused or already finished activation, and the chain (``depth``, ``chain_id``).
+    ``outcome`` for a refused or already finished activation, and the chain (``depth``, ``chain_id``). The write is
+    reserved in the flow's namespace (``write.operation_id`` is the ledger's id: stamp that one on what it changes).
+    ``may_use_flow`` is the caller's scope: a ``parent_activation`` of another flow is not found.
     """
     trigger = _trigger(store, flow, max_depth, clock)
-    origin = _origin(store, origin_operation_id, parent_activation)
+    origin = _origin(store, origin_operation_id, parent_activation, may_use_flow)
     try:
         entry = trigger.activate(event_id, origin_operation_id=origin)
     except ValueError as exc:
@@ -149,13 +162,13 @@ def start_activation(
         return _answer(entry, event_id, allowed=False, outcome=guard.outcome)
     if write is None:
         return _answer(entry, event_id, allowed=True, act=True)
-    call = Call(write.tool, dict(write.args), kind="write", operation_id=write.operation_id)
-    decided = guard.authorize(call)
+    operation_id = trigger.operation_id(write.operation_id)
+    decided = guard.authorize(Call(write.tool, dict(write.args), kind="write", operation_id=operation_id))
     if isinstance(decided, Verdict):  # refused before anything ran: the activation ends with the refusal
         outcome = guard.end(decided)
-        refused = {"operation_id": write.operation_id, "replay": False, "result": None}
+        refused = {"operation_id": operation_id, "replay": False, "result": None}
         return _answer(entry, event_id, allowed=False, outcome=outcome, write=refused)
-    reserved = {"operation_id": write.operation_id, "replay": decided.replay, "result": decided.result}
+    reserved = {"operation_id": operation_id, "replay": decided.replay, "result": decided.result}
     return _answer(entry, event_id, allowed=True, act=not decided.replay, write=reserved)
 
 
@@ -202,7 +215,7 @@ def finish_activation(
     secrets: Iterable[str] = (),
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    """End an activation with the workflow's report; settle its reserved write. Twice: the stored outcome.
+    """End an activation of ``flow`` with the workflow's report; settle its reserved write. Twice: the stored outcome.
 
     With a reserved write, ``effect`` is required: ``committed`` (its result is stored and returned to any later
     identical write), ``not_committed`` (it may be retried), ``unknown`` (``needs_reconciliation``: nothing sends
@@ -210,12 +223,13 @@ def finish_activation(
     ``stopped/executor_exception``, with ``detail``.
     """
     task_id = _trigger(store, flow, 0, clock).activation_id(event_id)
+    _activation(store, task_id, lambda recorded: recorded == flow)
     stored = _stored_outcome(store, task_id)
     if stored is not None:
         return {"activation_id": task_id, "already_finished": True, "outcome": stored.record().to_dict()}
     snapshot = store.task(task_id)
     assert snapshot is not None
-    guard = Guard(budget=snapshot.budget, store=store, task_id=task_id, clock=clock, secrets=secrets)
+    guard = Guard(budget=snapshot.budget, store=store, task_id=task_id, clock=clock, secrets=secrets, flow=flow)
     pending = [op for op in store.operations(task_id) if op.state is OperationState.UNKNOWN]
     if len(pending) > 1:
         raise StateError(f"activation {task_id!r} holds {len(pending)} unknown writes: reconcile them one by one")
@@ -242,6 +256,7 @@ def finish_activation(
 def activation_view(store: Store, *, flow: str, event_id: str) -> dict[str, Any]:
     """The activation's task: status, counters against limits, its writes and their ledger states, its outcome."""
     task_id = _trigger(store, flow, 0, time.time).activation_id(event_id)
+    _activation(store, task_id, lambda recorded: recorded == flow)
     snapshot = store.task(task_id)
     if snapshot is None:
         raise NotFoundError(f"no activation {task_id!r} in this store")

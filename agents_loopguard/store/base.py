@@ -283,6 +283,10 @@ class PauseRecord:
     decisions_digest: str | None = None
     """The digest of the recorded decisions, over the pause, the decisions and who decided
     (:func:`agents_loopguard.ops.approvals.decisions_digest`); None before an operator decided."""
+    decided_why: str = ""
+    """The note the operator gave with the decisions (redacted like the trace; R18)."""
+    decided_at: float | None = None
+    """When the operator decided (None before, and for decisions given straight to the resume)."""
 
 
 @dataclass(frozen=True)
@@ -560,6 +564,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def activations(self, flow: str | None = None) -> list[Activation]:
         """Recorded activations, oldest first."""
+
+    def activation(self, activation_id: str) -> Activation | None:
+        """The recorded activation of that id (``None``: no activation has it, whatever task may).
+
+        This default scans :meth:`activations`; the backends look the id up.
+        """
+        return next((a for a in self.activations() if a.activation_id == activation_id), None)
 
     # --- approval pauses and transitions ----------------------------------------------------------------
 

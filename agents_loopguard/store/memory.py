@@ -479,6 +479,10 @@ class MemoryStore(Store):
         with self._lock:
             return [a for a in self._activations.values() if flow is None or a.flow == flow]
 
+    def activation(self, activation_id: str) -> Activation | None:
+        with self._lock:
+            return self._activations.get(activation_id)
+
     # approval pauses and transitions
 
     def save_pause(
@@ -534,7 +538,13 @@ class MemoryStore(Store):
         with self._lock:
             record = check_decide(pause_id, self._pauses.get(pause_id))
             decided = replace(
-                record, status="decided", decisions=dict(decisions), decided_by=who, decisions_digest=digest
+                record,
+                status="decided",
+                decisions=dict(decisions),
+                decided_by=who,
+                decisions_digest=digest,
+                decided_why=why,
+                decided_at=now,
             )
             self._pauses[pause_id] = decided
             return decided

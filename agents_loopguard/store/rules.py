@@ -304,9 +304,17 @@ def check_decide(pause_id: str, record: PauseRecord | None) -> PauseRecord:
     if record is None:
         raise NotFoundError(f"unknown pause {pause_id!r}")
     if record.status != "pending":
-        by = record.decided_by or record.resumed_by
-        raise PauseAlreadyResumed(f"pause {pause_id!r} is {record.status} (by {by!r}): its decisions are final")
+        raise PauseAlreadyResumed(f"pause {pause_id!r} is {_who_did(record)}: its decisions are final")
     return record
+
+
+def _who_did(record: PauseRecord) -> str:
+    """``decided by 'ana'``, ``resumed by 'worker-2' (decided by 'ana')``: each name credited with its own act."""
+    decided = f"decided by {record.decided_by!r}" if record.decided_by else ""
+    if record.status != "resumed":
+        return decided or record.status
+    resumed = f"resumed by {record.resumed_by!r}" if record.resumed_by else "resumed"
+    return f"{resumed} ({decided})" if decided else resumed
 
 
 def check_claim(pause_id: str, record: PauseRecord | None, *, decisions: bool) -> PauseRecord:

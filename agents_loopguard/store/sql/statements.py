@@ -416,7 +416,12 @@ class Statements:
             sa.update(ps)
             .where(ps.c.pause_id == p("pause_id"), ps.c.status == "pending")
             .values(
-                status="decided", decisions=p("decisions"), decided_by=p("who"), decisions_digest=p("decisions_digest")
+                status="decided",
+                decisions=p("decisions"),
+                decided_by=p("who"),
+                decisions_digest=p("decisions_digest"),
+                decided_why=p("why"),
+                decided_at=p("now"),
             )
             .returning(ps)
         )

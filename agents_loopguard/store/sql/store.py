@@ -386,6 +386,11 @@ class SQLStore(Store):
             rows = self._db.read(lambda cur: fetch_all(cur, self._st.activations_of, {"flow": flow}))
         return [activation(row) for row in rows]
 
+    def activation(self, activation_id: str) -> Activation | None:
+        params = {"activation_id": activation_id}
+        row = self._db.read(lambda cur: fetch_one(cur, self._st.activation, params))
+        return activation(row) if row is not None else None
+
     # --- approval pauses and transitions ------------------------------------------------------------------------------
 
     def save_pause(
@@ -432,7 +437,14 @@ class SQLStore(Store):
         digest: str | None = None,
         now: float = 0.0,
     ) -> PauseRecord:
-        params = {"pause_id": pause_id, "who": who, "decisions": encode(dict(decisions)), "decisions_digest": digest}
+        params = {
+            "pause_id": pause_id,
+            "who": who,
+            "why": why,
+            "now": now,
+            "decisions": encode(dict(decisions)),
+            "decisions_digest": digest,
+        }
         return self._db.write(lambda cur: self._steps.decide_pause(cur, params), durable=True)
 
     def claim_pause(

@@ -208,6 +208,8 @@ class PauseRow(_Table, table=True):
     decisions: str = Field(default="{}", sa_type=Text)
     decided_by: str | None = None
     decisions_digest: str | None = None
+    decided_why: str | None = Field(default=None, sa_type=Text)
+    decided_at: float | None = None
 
 
 class TransitionRow(_Table, table=True):
@@ -392,6 +394,8 @@ def pause(row: Any) -> PauseRecord:
         decisions=json.loads(row["decisions"]),
         decided_by=row["decided_by"],
         decisions_digest=row["decisions_digest"],
+        decided_why=row["decided_why"] or "",
+        decided_at=row["decided_at"],
     )
 
 
