@@ -179,3 +179,13 @@ def test_the_keyword_fields_are_exactly_the_options_fields(options: type[RunOpti
 
 def _inherited(fields: type) -> set[str]:
     return {name for base in fields.__mro__[1:] for name in getattr(base, "__annotations__", {})}
+
+
+def test_the_servers_workflow_activations_go_through_the_engines_and_the_triggers_doors() -> None:
+    """Workflows over HTTP (n8n) are translated, not ruled, by the server: it builds no guard, verdict, ticket or
+    call, ends no task, and settles a reserved write only through ``TriggerGuard`` (``Guard.settle_reserved``)."""
+    tree = ast.parse((PACKAGE / "server" / "workflows.py").read_text())
+    called = set(_calls(tree))
+    assert not called & {"Guard", "Verdict", "Outcome", "Ticket", "Call"}, called
+    assert not {c for c in called if c.endswith((".end", ".finish", ".settle", ".authorize")) and "guard" in c}
+    assert {"trigger.reserve_write", "trigger.finish"} <= called

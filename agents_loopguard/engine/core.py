@@ -381,6 +381,33 @@ class Guard(Metering, Ending):
             )
         return verdict
 
+    def settle_reserved(
+        self, operation_id: str, *, effect: str, done: bool = False, ok: bool = True, output: Any = None
+    ) -> Verdict | None:
+        """Settle a write this task reserved in an earlier step (another request or process: a workflow over HTTP
+        reports how its write went), through the rules of :meth:`settle`: ``effect`` (``committed``,
+        ``not_committed``, ``unknown``) is the application's evidence, ``done`` says the task is done with it,
+        ``ok=False`` reports a failed attempt, ``output`` is the write's result (stored for a committed write).
+        ``StateError`` when the task holds no reserved (unknown) write of that id.
+
+        >>> from agents_loopguard import Budget, MemoryStore
+        >>> guard = Guard(budget=Budget(0, 1), store=MemoryStore(), task_id="t-later")
+        >>> ticket = guard.authorize({"tool": "save", "kind": "write", "operation_id": "op-1", "args": {"n": 1}})
+        >>> later = Guard(budget=Budget(0, 1), store=guard.store, task_id="t-later")  # another request
+        >>> later.settle_reserved("op-1", effect="committed", done=True, output="saved").reason
+        <Reason.VALIDATED_DONE: 'validated_done'>
+        """
+        record = next((op for op in self.store.operations(self.task_id) if op.operation_id == operation_id), None)
+        if record is None or record.state is not OperationState.UNKNOWN:
+            raise StateError(f"task {self.task_id!r} holds no reserved write {operation_id!r}")
+        reserved = (e.args for e in reversed(self.store.trace(self.task_id)) if e.operation_id == operation_id)
+        args = next((a for a in reserved if isinstance(a, dict)), {})  # as reserved (already redacted)
+        call = Call(record.tool, args, kind="write", operation_id=operation_id)
+        committed = effect == "committed"
+        evidence = {"revision": self.revision + int(committed), "done": committed and done, "effect": effect}
+        result = {"status": "ok" if ok else "retryable", "output": output}
+        return self.settle(Ticket(call, call, record.payload, self.revision), result, evidence=evidence)
+
     def _settle(
         self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any
     ) -> Verdict | None:

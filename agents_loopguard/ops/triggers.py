@@ -33,16 +33,18 @@ entries, nor a task a workflow's. An activation id held by a task that is not th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from ..engine.budget import Budget, Policy
-from ..engine.calls import FLOW_NAMESPACE, flow_operation_id
+from ..engine.calls import FLOW_NAMESPACE, Call, flow_operation_id
 from ..engine.core import Guard, Verdict
-from ..engine.errors import StateError
+from ..engine.errors import InputError, NotFoundError, StateError
 from ..engine.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
-from ..store.base import Activation, Store
+from ..store.base import Activation, OperationState, Store
 
-__all__ = ["TriggerGuard"]
+__all__ = ["ReservedWrite", "TriggerGuard"]
 
 _REFUSED_BUDGET = Budget(model_turns=0, tool_executions=0)
 """The budget a refused activation's task is recorded with: it never runs anything."""
@@ -121,7 +123,7 @@ class TriggerGuard:
         if not activation.granted:
             return self._refused(activation)
         if activation.duplicate:
-            finished = self._finished(activation.activation_id)
+            finished = self.finished(activation.activation_id)
             if finished is not None:
                 return finished
         return activation
@@ -155,7 +157,8 @@ class TriggerGuard:
             flow=self.flow,
         )
 
-    def _finished(self, task_id: str) -> Outcome | None:
+    def finished(self, task_id: str) -> Outcome | None:
+        """The stored outcome of ``task_id`` (an activation that already ended), or ``None``."""
         snapshot = self.store.task(task_id)
         if snapshot is None or snapshot.outcome is None:
             return None
@@ -183,3 +186,86 @@ class TriggerGuard:
             activation.origin_operation_id,
         )
         return guard.end(verdict)
+
+    def reserve_write(
+        self,
+        activation: Activation,
+        *,
+        operation_id: str,
+        tool: str,
+        args: Mapping[str, Any],
+        budget: Budget,
+        secrets: Iterable[str] = (),
+    ) -> ReservedWrite:
+        """Reserve the write an activation is about to make, in the flow's namespace, before it happens (R10, R18):
+        a new one is reserved ``unknown``; a committed one is a replay (its stored result, do not write again); a
+        refusal (an unknown write, another payload under the id, a budget) ends the activation with it."""
+        guard = self.guard(activation, budget=budget, secrets=secrets)
+        namespaced = self.operation_id(operation_id)
+        if guard.outcome is not None:  # a task of that id ended already (written outside the trigger)
+            return ReservedWrite(namespaced, outcome=guard.outcome)
+        decided = guard.authorize(Call(tool, dict(args), kind="write", operation_id=namespaced))
+        if isinstance(decided, Verdict):
+            return ReservedWrite(namespaced, outcome=guard.end(decided))
+        return ReservedWrite(namespaced, replay=decided.replay, result=decided.result)
+
+    def finish(
+        self,
+        activation_id: str,
+        *,
+        completed: bool,
+        effect: str | None = None,
+        result: Any = None,
+        detail: str = "",
+        secrets: Iterable[str] = (),
+    ) -> Outcome:
+        """End an activation with the workflow's report; its reserved write (at most one still unknown) is settled
+        through the engine's rules first (``effect`` is then required). ``completed`` without a write: done;
+        completed with a write that did not commit: partial; a failure: ``stopped/executor_exception``. An
+        activation that already ended keeps its outcome."""
+        snapshot = self.store.task(activation_id)
+        if snapshot is None:
+            raise NotFoundError(f"no activation {activation_id!r} in this store")
+        guard = Guard(
+            budget=snapshot.budget,
+            store=self.store,
+            task_id=activation_id,
+            clock=self.clock,
+            secrets=secrets,
+            flow=self.flow,
+        )
+        if guard.outcome is not None:
+            return guard.outcome
+        pending = [op for op in self.store.operations(activation_id) if op.state is OperationState.UNKNOWN]
+        if len(pending) > 1:
+            count = len(pending)
+            raise StateError(f"activation {activation_id!r} holds {count} unknown writes: reconcile them one by one")
+        verdict: Verdict | None = None
+        if pending:
+            if effect is None:
+                raise InputError(
+                    f"activation {activation_id!r} reserved write {pending[0].operation_id!r}: "
+                    "say its effect (committed, not_committed or unknown)"
+                )
+            verdict = guard.settle_reserved(
+                pending[0].operation_id, effect=effect, done=completed, ok=completed, output=result
+            )
+        elif completed:
+            verdict = Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "the workflow reported the activation done")
+        if verdict is None and completed:
+            detail_ = "the workflow finished; its write did not commit"
+            verdict = Verdict(Status.PARTIAL, Reason.UNVERIFIED_FINAL, detail_)
+        if verdict is None:
+            verdict = Verdict(Status.STOPPED, Reason.EXECUTOR_EXCEPTION, detail or "the workflow reported a failure")
+        return guard.end(verdict)
+
+
+@dataclass(frozen=True)
+class ReservedWrite:
+    """What :meth:`TriggerGuard.reserve_write` decided: the ledger's (namespaced) id, and either a reservation
+    (``replay``: committed already, ``result`` is its stored result) or the ``outcome`` the activation ended with."""
+
+    operation_id: str
+    replay: bool = False
+    result: Any = None
+    outcome: Outcome | None = None

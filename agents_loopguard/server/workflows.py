@@ -40,11 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..engine.budget import Budget
-from ..engine.core import Call, Guard, Ticket, Verdict
 from ..engine.errors import InputError, NotFoundError, StateError
-from ..engine.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from ..engine.outcome import Outcome, RecordError
 from ..ops.triggers import TriggerGuard
-from ..store.base import Activation, OperationRecord, OperationState, Store
+from ..store.base import Activation, Store
 
 __all__ = ["DEFAULT_BUDGET", "Write", "activation_view", "finish_activation", "start_activation"]
 
@@ -157,50 +156,30 @@ def start_activation(
             flow, trigger.activation_id(event_id), origin_operation_id=origin, max_depth=max_depth, now=clock()
         )
         return _answer(recorded, event_id, allowed=False, outcome=entry)
-    guard = trigger.guard(entry, budget=budget or DEFAULT_BUDGET, secrets=secrets)
-    if guard.outcome is not None:  # a task of that id ended already (written outside the trigger)
-        return _answer(entry, event_id, allowed=False, outcome=guard.outcome)
     if write is None:
+        ended = trigger.guard(entry, budget=budget or DEFAULT_BUDGET, secrets=secrets).outcome  # the task exists now
+        if ended is not None:  # a task of that id ended already (written outside the trigger)
+            return _answer(entry, event_id, allowed=False, outcome=ended)
         return _answer(entry, event_id, allowed=True, act=True)
-    operation_id = trigger.operation_id(write.operation_id)
-    decided = guard.authorize(Call(write.tool, dict(write.args), kind="write", operation_id=operation_id))
-    if isinstance(decided, Verdict):  # refused before anything ran: the activation ends with the refusal
-        outcome = guard.end(decided)
-        refused = {"operation_id": operation_id, "replay": False, "result": None}
-        return _answer(entry, event_id, allowed=False, outcome=outcome, write=refused)
-    reserved = {"operation_id": operation_id, "replay": decided.replay, "result": decided.result}
-    return _answer(entry, event_id, allowed=True, act=not decided.replay, write=reserved)
+    reserved = trigger.reserve_write(
+        entry,
+        operation_id=write.operation_id,
+        tool=write.tool,
+        args=write.args,
+        budget=budget or DEFAULT_BUDGET,
+        secrets=secrets,
+    )
+    answer = {"operation_id": reserved.operation_id, "replay": reserved.replay, "result": reserved.result}
+    if reserved.outcome is not None:  # refused before anything ran, or ended already
+        return _answer(entry, event_id, allowed=False, outcome=reserved.outcome, write={**answer, "replay": False})
+    return _answer(entry, event_id, allowed=True, act=not reserved.replay, write=answer)
 
 
-def _stored_outcome(store: Store, task_id: str) -> Outcome | None:
-    snapshot = store.task(task_id)
-    if snapshot is None:
-        raise NotFoundError(f"no activation {task_id!r} in this store")
-    if snapshot.outcome is None:
-        return None
+def _stored_outcome(trigger: TriggerGuard, task_id: str) -> Outcome | None:
     try:
-        return RecoveryRecord.from_json(snapshot.outcome).to_outcome()
+        return trigger.finished(task_id)
     except RecordError as exc:
         raise StateError(f"activation {task_id!r}: {exc}") from exc
-
-
-def _settle(guard: Guard, op: OperationRecord, effect: Effect, ending: Ending, result: Any) -> Verdict | None:
-    """Settle the reserved write from the workflow's report, through the engine's own rules."""
-    args: Any = {}
-    for entry in reversed(guard.store.trace(guard.task_id)):  # the arguments as reserved (already redacted)
-        if entry.operation_id == op.operation_id and isinstance(entry.args, dict):
-            args = entry.args
-            break
-    call = Call(op.tool, args, kind="write", operation_id=op.operation_id)
-    ticket = Ticket(call, call, op.payload, guard.revision)
-    committed = effect == "committed"
-    evidence = {
-        "revision": guard.revision + 1 if committed else guard.revision,
-        "done": committed and ending == "completed",
-        "effect": effect,
-    }
-    outcome = {"status": "ok" if ending == "completed" else "retryable", "output": result}
-    return guard.settle(ticket, outcome, lambda _call, _result: evidence)
 
 
 def finish_activation(
@@ -222,34 +201,15 @@ def finish_activation(
     it again until someone asks the receiver). ``ending="failed"`` ends a write-less activation
     ``stopped/executor_exception``, with ``detail``.
     """
-    task_id = _trigger(store, flow, 0, clock).activation_id(event_id)
+    trigger = _trigger(store, flow, 0, clock)
+    task_id = trigger.activation_id(event_id)
     _activation(store, task_id, lambda recorded: recorded == flow)
-    stored = _stored_outcome(store, task_id)
+    stored = _stored_outcome(trigger, task_id)
     if stored is not None:
         return {"activation_id": task_id, "already_finished": True, "outcome": stored.record().to_dict()}
-    snapshot = store.task(task_id)
-    assert snapshot is not None
-    guard = Guard(budget=snapshot.budget, store=store, task_id=task_id, clock=clock, secrets=secrets, flow=flow)
-    pending = [op for op in store.operations(task_id) if op.state is OperationState.UNKNOWN]
-    if len(pending) > 1:
-        raise StateError(f"activation {task_id!r} holds {len(pending)} unknown writes: reconcile them one by one")
-    verdict: Verdict | None
-    if pending:
-        if effect is None:
-            raise InputError(
-                f"activation {task_id!r} reserved write {pending[0].operation_id!r}: "
-                "say its effect (committed, not_committed or unknown)"
-            )
-        verdict = _settle(guard, pending[0], effect, ending, result)
-    elif ending == "completed":
-        verdict = Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "the workflow reported the activation done")
-    else:
-        verdict = None
-    if verdict is None and ending == "completed":
-        verdict = Verdict(Status.PARTIAL, Reason.UNVERIFIED_FINAL, "the workflow finished; its write did not commit")
-    if verdict is None:
-        verdict = Verdict(Status.STOPPED, Reason.EXECUTOR_EXCEPTION, detail or "the workflow reported a failure")
-    outcome = guard.end(verdict)
+    outcome = trigger.finish(
+        task_id, completed=ending == "completed", effect=effect, result=result, detail=detail, secrets=secrets
+    )
     return {"activation_id": task_id, "already_finished": False, "outcome": outcome.record().to_dict()}
 
 
