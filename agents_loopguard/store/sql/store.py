@@ -328,7 +328,12 @@ class SQLStore(Store):
             op_id, op_state, op_result = operation
             params.update(op_id=op_id, op_state=str(OperationState(op_state)), op_result=dumps(op_result))
         params["keys"] = list(dict.fromkeys(seen))
-        return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen), task=task_id)
+        # a write's answer is ledger: as durable as its reservation (fsynced under SQLite's WRITES)
+        return self._db.step(
+            lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen),
+            durable=operation is not None,
+            task=task_id,
+        )
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         """The entry is written with the next write step of this store (its own transaction would cost a commit per
