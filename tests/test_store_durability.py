@@ -1,6 +1,8 @@
 """SQLite durability modes: with the default WRITES, exactly the steps that protect a write or record a decision
 commit with an fsync (``PRAGMA synchronous = FULL`` around their transaction); the hot-path counters do not. A power
-loss is emulated on a real guarded write: the WAL cut back to what the last fsynced commit left in it."""
+loss is emulated on a real guarded write: the WAL cut back to what the last fsynced commit left in it. PostgreSQL's
+default WRITES commits the same steps with the server's WAL flush, the others with ``synchronous_commit`` off for
+their own transaction."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from agents_loopguard import Budget
 from agents_loopguard.store.base import OperationState, StoreError, TraceEntry
 from agents_loopguard.store.sql import SQLStore
+from tests.support.store_trace import pg_sent
 
 
 def traced(store: SQLStore) -> list[str]:
@@ -130,3 +133,63 @@ def test_a_write_answered_before_a_power_loss_is_still_committed_after_it(tmp_pa
         record = store.lookup_operation("op-1")
         assert record is not None
         assert (record.state, record.result) == (OperationState.COMMITTED, {"status": "ok", "receipt": "r-1"})
+
+
+RELAXED = "Parse: SELECT set_config('synchronous_commit', 'off', true)"
+
+
+def relaxed(messages: list[str]) -> bool:
+    """True when the step's transaction (the messages up to its first Sync) began with the relaxed commit."""
+    if RELAXED not in messages:
+        return False
+    first_sync = messages.index("Sync")
+    return messages.index(RELAXED) < first_sync and messages.count(RELAXED) == 1
+
+
+PG_STEPS: dict[str, tuple[bool, Any]] = {
+    **{name: step for name, step in STEPS.items() if name != "append_trace"},  # a trace row rides with the next step
+    "ensure_task": (False, lambda s: s.ensure_task("t2", Budget(model_turns=1, tool_executions=1))),
+    "set_stop_mark": (True, lambda s: s.set_stop_mark("t", "operator")),
+    "reconcile_operation": (True, lambda s: s.reconcile_operation("op-u", OperationState.COMMITTED, {"ok": 1})),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("step", sorted(PG_STEPS))
+def test_postgresql_relaxes_exactly_the_steps_that_decide_nothing(step: str, pg_schema_url: str) -> None:
+    with SQLStore(pg_schema_url) as store:
+        store.ensure_task("t", Budget(model_turns=9, tool_executions=9))
+        store.reserve_operation("t", "op-u", "fp-u", "pay")
+        durable, run = PG_STEPS[step]
+        messages = pg_sent(store, lambda: run(store))
+        assert relaxed(messages) is not durable, messages
+        setting = store._cursor().execute("SHOW synchronous_commit").fetchone()["synchronous_commit"]
+        assert setting == "on", "the setting ends with the step's transaction"
+
+
+@pytest.mark.postgres
+def test_postgresql_full_waits_for_the_flush_at_every_step(pg_schema_url: str) -> None:
+    url = pg_schema_url + "&synchronous=full"
+    with SQLStore(url) as store:
+        assert store.synchronous == "FULL" and "synchronous" not in store.url.query
+        store.ensure_task("t", Budget(model_turns=9, tool_executions=9))
+        for step in ("reserve_turn", "reserve_execution", "record_execution", "finish"):
+            messages = pg_sent(store, lambda run=STEPS[step][1]: run(store))
+            assert RELAXED not in messages, (step, messages)
+        assert store.task("t") is not None and store.task("t").used.models == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.postgres
+def test_a_relaxed_step_is_seen_by_another_worker_when_it_returns(pg_schema_url: str) -> None:
+    with SQLStore(pg_schema_url) as store, SQLStore(pg_schema_url, readonly=True) as other:
+        store.ensure_task("t", Budget(model_turns=9, tool_executions=9))
+        assert store.synchronous == "WRITES"
+        for n in range(1, 4):
+            assert store.reserve_turn("t").granted
+            assert other.task("t").used.models == n  # type: ignore[union-attr]
+
+
+@pytest.mark.postgres
+def test_an_unknown_postgresql_mode_is_a_clear_error(pg_schema_url: str) -> None:
+    with pytest.raises(StoreError, match="on PostgreSQL choose one of WRITES, FULL"):
+        SQLStore(pg_schema_url + "&synchronous=normal")

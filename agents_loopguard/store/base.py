@@ -359,6 +359,12 @@ class Store(abc.ABC):
     def task(self, task_id: str) -> TaskSnapshot | None:
         """The task, or ``None``."""
 
+    def committed_task(self, task_id: str) -> TaskSnapshot | None:
+        """The task as the database holds it for every worker, read without first writing what this store deferred
+        (:class:`~agents_loopguard.store.sql.SQLStore`: trace rows and read results, which move no counter and which
+        its next step writes); the engine's read before it stores an outcome. Other stores: :meth:`task`."""
+        return self.task(task_id)
+
     @abc.abstractmethod
     def tasks(self) -> list[TaskSnapshot]:
         """Every task, oldest first."""

@@ -14,7 +14,8 @@ Every method is one atomic step, decided by the database and never by a read fol
 On SQLite each step is one ``BEGIN IMMEDIATE`` transaction in a WAL file with ``synchronous=FULL`` for the steps
 that protect a write (:data:`SQLITE_SYNCHRONOUS`). On PostgreSQL the hot steps are each *one* statement (the same
 conditional pieces composed as data-modifying CTEs) at ``REPEATABLE READ``, retried from a fresh snapshot when they
-lose a race, so a guarded read costs two round trips and a guarded write two.
+lose a race, so a guarded read costs two round trips and a guarded write two; the steps that decide nothing a
+crash could make unsafe commit without waiting for the WAL flush (:data:`~.connection.PG_SYNCHRONOUS`).
 
 The package, by concern:
 

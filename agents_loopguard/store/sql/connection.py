@@ -38,6 +38,7 @@ from .schema import check_schema_version, create_schema, refuse_unless_empty, su
 __all__ = [
     "DEFAULT_URL",
     "ENV_URL",
+    "PG_SYNCHRONOUS",
     "SQLITE_BUSY_TIMEOUT_MS",
     "SQLITE_SYNCHRONOUS",
     "Database",
@@ -65,6 +66,16 @@ SQLITE_SYNCHRONOUS = ("WRITES", "FULL", "EXTRA", "NORMAL")
   without waiting for the disk, and a power loss may lose the last of them (never the ledger);
 * FULL / EXTRA: every commit is fsynced (counters too), at about 4x the cost of a guarded read;
 * NORMAL: no commit waits for the disk; a power loss may lose the last commits, a write's reservation included."""
+PG_SYNCHRONOUS = ("WRITES", "FULL")
+"""Accepted ``?synchronous=`` values of a PostgreSQL URL:
+
+* WRITES (the default): the same steps as on SQLite wait for the server's WAL flush; the others (turn and read
+  reservations, read results, trace rows, the task's creation) commit with ``synchronous_commit`` off for their own
+  transaction only: visible to every worker when they return, and made durable by the next step that waits (a server
+  crash may lose the last of them, never the ledger);
+* FULL: every step waits for the flush, as the server's ``synchronous_commit`` says."""
+_RELAXED = "SELECT set_config('synchronous_commit', 'off', true)"
+"""Sent first in a non-durable PostgreSQL step's transaction: its commit does not wait for the WAL flush."""
 _PG_RETRIES = 200
 """Attempts of one PostgreSQL step that keeps losing races (serialization failure, deadlock) before giving up."""
 _PG_QUEUE_SECONDS = 1.0
@@ -139,6 +150,16 @@ def _sqlite_url(url: URL) -> tuple[URL, str]:
     return url.difference_update_query(["synchronous"]), synchronous
 
 
+def _pg_url(url: URL) -> tuple[URL, str]:
+    """The URL without ``synchronous`` (not a libpq parameter), and that mode (checked)."""
+    synchronous = str(url.query.get("synchronous", "WRITES")).upper()
+    if synchronous not in PG_SYNCHRONOUS:
+        raise StoreError(
+            f"synchronous={synchronous!r}: on PostgreSQL choose one of {', '.join(PG_SYNCHRONOUS)} (default WRITES)"
+        )
+    return url.difference_update_query(["synchronous"]), synchronous
+
+
 def _sqlite_connect(path: Path, mode: str) -> sqlite3.Connection:
     """Open the SQLite file in ``mode`` (rwc: create if missing, rw, ro). A read-only WAL file whose folder cannot
     hold its shared-memory file is opened ``immutable`` (nothing can write there anyway)."""
@@ -204,10 +225,12 @@ class Database:
         self.readonly = readonly
         self.create = create and not readonly
         self.synchronous: str | None = None
-        """SQLite's durability mode (:data:`SQLITE_SYNCHRONOUS`); None on PostgreSQL."""
+        """The durability mode: :data:`SQLITE_SYNCHRONOUS`, :data:`PG_SYNCHRONOUS`."""
         self.path: Path | None = None
         """The SQLite file; None on PostgreSQL."""
-        if not self.postgres:
+        if self.postgres:
+            self.url, self.synchronous = _pg_url(self.url)
+        else:
             self.url, self.synchronous = _sqlite_url(self.url)
             self.path = Path(str(self.url.database)).expanduser()
         shown = self.url.render_as_string(hide_password=True)
@@ -220,8 +243,10 @@ class Database:
             mode = "ro" if readonly else ("rwc" if self.create else "rw")
             self.engine = _sqlite_engine(self.url, echo, self.synchronous or "WRITES", mode=mode)
         self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
-        self._fsync_some = self.synchronous == "WRITES"
+        self._fsync_some = self.synchronous == "WRITES" and not self.postgres
         """SQLite WRITES mode: durable steps raise the connection to FULL for their own commit."""
+        self._relax = self.synchronous == "WRITES" and self.postgres
+        """PostgreSQL WRITES mode: the other steps commit without waiting for the WAL flush (:data:`_RELAXED`)."""
         self._dbapi_error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -297,19 +322,20 @@ class Database:
         return len(batch)
 
     def _work(
-        self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool, queue: int | None
+        self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool, queue: int | None, relaxed: bool
     ) -> tuple[T, int]:
         """``work(cur)`` with the deferred statements: first in the step's own transaction (then how many ran, done
         once it commits), or (``carry``: a PostgreSQL single-statement write step) pipelined with the step's
         statement into one implicit transaction, one round trip; ``queue``: the task lock to take first and release
-        after, in the same pipeline (see :class:`_Pipelined`)."""
+        after, in the same pipeline (see :class:`_Pipelined`); ``relaxed``: the pipeline's transaction commits without
+        waiting for the WAL flush."""
         if began:
             deferred = self._run_deferred(cur)
             return work(cur), deferred
-        if carry and (queue is not None or self._pending()):
+        if carry and (queue is not None or relaxed or self._pending()):
             with self._deferred_lock:
                 batch = list(self._pending())
-            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)), queue)
+            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)), queue, relaxed=relaxed)
             try:
                 for deferred_work in batch:
                     deferred_work(pipelined.side)
@@ -340,11 +366,13 @@ class Database:
         ``durable``: the step protects a write or records a decision (a write's ``unknown`` reservation, the ledger,
         the stop mark, an outcome, a pause, a transition): with SQLite's default ``synchronous=WRITES`` its commit is
         fsynced (which makes every earlier commit durable too); the other steps commit without waiting for the disk.
+        On PostgreSQL (``synchronous=WRITES``) a step that is not durable commits without waiting for the server's WAL
+        flush; the next durable step's flush makes it durable too.
         ``task``: the task the step changes (PostgreSQL: its steps queue on the task's lock after a lost race).
         """
         self._writable()
         if self.postgres:
-            return self.run(work, transaction=False, task=task)
+            return self.run(work, transaction=False, durable=durable, task=task)
         return self.run(work, transaction=True, durable=durable)
 
     def _writable(self) -> None:
@@ -368,6 +396,7 @@ class Database:
             try:
                 queue = key if key is not None and self._contended.get(key, 0.0) > time.monotonic() else None
                 carry = task is not None and not transaction
+                relaxed = carry and self._relax and not durable
                 if queue is not None and not (carry and _pipeline_syncs()):
                     locked, queue = self._queue(cur, queue), None
                 if fsync:
@@ -375,7 +404,7 @@ class Database:
                 if transaction:
                     cur.execute(self._begin)
                     began = True
-                result, deferred = self._work(cur, work, began=began, carry=carry, queue=queue)
+                result, deferred = self._work(cur, work, began=began, carry=carry, queue=queue, relaxed=relaxed)
                 if began:
                     cur.execute("COMMIT")
                     self._deferred_done(deferred)
@@ -560,9 +589,12 @@ class _Pipelined:
     ``queue``: a task's advisory lock, taken by a statement of its own before them (a Sync between: the step's
     snapshot is taken once the lock is held) and released by one after them (another Sync: after the step's commit,
     even when the step failed), all in the same round trip: the workers that queue on a task wait on the server,
-    and hold the lock for the step's execution and commit only."""
+    and hold the lock for the step's execution and commit only. ``relaxed``: the transaction starts with
+    :data:`_RELAXED` (its commit does not wait for the WAL flush; the setting ends with it)."""
 
-    def __init__(self, cur: Any, committed: Callable[[], None], queue: int | None = None) -> None:
+    def __init__(
+        self, cur: Any, committed: Callable[[], None], queue: int | None = None, *, relaxed: bool = False
+    ) -> None:
         self._cur = cur
         self._committed = committed
         self._key = queue
@@ -579,6 +611,8 @@ class _Pipelined:
             self._pipeline._enqueue_sync()
         self.side = conn.cursor()
         """The cursor the deferred statements run on (their results are not read)."""
+        if relaxed:
+            self.side.execute(_RELAXED)
 
     def execute(self, sql: Any, params: Any = None) -> Any:
         result = self._cur.execute(sql, params)

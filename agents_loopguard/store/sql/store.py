@@ -127,7 +127,7 @@ class SQLStore(Store):
 
     @property
     def url(self) -> URL:
-        """The database's URL (for SQLite without its ``synchronous`` setting)."""
+        """The database's URL (without its ``synchronous`` setting)."""
         return self._db.url
 
     @property
@@ -137,7 +137,7 @@ class SQLStore(Store):
 
     @property
     def synchronous(self) -> str | None:
-        """SQLite's durability mode (WRITES, FULL, EXTRA or NORMAL); None on PostgreSQL."""
+        """The durability mode: SQLite's WRITES, FULL, EXTRA or NORMAL; PostgreSQL's WRITES or FULL."""
         return self._db.synchronous
 
     @property
@@ -177,6 +177,10 @@ class SQLStore(Store):
 
     def task(self, task_id: str) -> TaskSnapshot | None:
         self._db.flush()
+        row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
+        return snapshot(row) if row is not None else None
+
+    def committed_task(self, task_id: str) -> TaskSnapshot | None:
         row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
         return snapshot(row) if row is not None else None
 
