@@ -23,6 +23,7 @@ The package, by concern:
 - :mod:`.schema`: what a database holds, its schema version, the tables' creation in an empty one;
 - :mod:`.migrate`: ``loopguard migrate``, Alembic's migrations (``agents_loopguard/migrations``) applied to a store;
 - :mod:`.connection`: the URL, the engine, connections per thread, the loop that runs a step atomically;
+- :mod:`.pipeline`: PostgreSQL pipelines (a step with what was deferred before it, in one round trip);
 - :mod:`.statements`: the Core statements, compiled once per dialect;
 - :mod:`.sqlite`: every step as a transaction of those statements (SQLite's steps, PostgreSQL's cold ones);
 - :mod:`.postgres`: PostgreSQL's hot steps as one statement each;

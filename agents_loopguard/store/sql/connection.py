@@ -33,6 +33,9 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ...errors import NotFoundError, StoreError
 from .faults import connection_lost, database_fault, folder_fault, one_line, open_fault
+from .pipeline import QUEUE as _QUEUE
+from .pipeline import Pipelined as _Pipelined
+from .pipeline import pipeline_syncs as _pipeline_syncs
 from .schema import check_schema_version, create_schema, refuse_unless_empty, survey
 
 __all__ = [
@@ -74,17 +77,11 @@ PG_SYNCHRONOUS = ("WRITES", "FULL")
   transaction only: visible to every worker when they return, and made durable by the next step that waits (a server
   crash may lose the last of them, never the ledger);
 * FULL: every step waits for the flush, as the server's ``synchronous_commit`` says."""
-_RELAXED = "SELECT set_config('synchronous_commit', 'off', true)"
-"""Sent first in a non-durable PostgreSQL step's transaction: its commit does not wait for the WAL flush."""
 _PG_RETRIES = 200
 """Attempts of one PostgreSQL step that keeps losing races (serialization failure, deadlock) before giving up."""
 _PG_QUEUE_SECONDS = 1.0
 """After a step on a task lost a race (or found the task's lock held), this process's steps on that task queue on
 the task's advisory lock for this long; an uncontended task is one statement per step again after it."""
-
-_QUEUE = """SELECT CASE WHEN pg_try_advisory_lock(%(k)s) THEN true
-  ELSE (SELECT false FROM pg_advisory_lock(%(k)s)) END AS free"""
-"""Take a task's advisory lock in one round trip, waiting for it when held; ``free``: it was not held."""
 
 T = TypeVar("T")
 
@@ -246,7 +243,7 @@ class Database:
         self._fsync_some = self.synchronous == "WRITES" and not self.postgres
         """SQLite WRITES mode: durable steps raise the connection to FULL for their own commit."""
         self._relax = self.synchronous == "WRITES" and self.postgres
-        """PostgreSQL WRITES mode: the other steps commit without waiting for the WAL flush (:data:`_RELAXED`)."""
+        """PostgreSQL WRITES mode: the other steps commit without waiting for the WAL flush (:data:`.pipeline.RELAXED`)."""
         self._dbapi_error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -327,7 +324,7 @@ class Database:
         """``work(cur)`` with the deferred statements: first in the step's own transaction (then how many ran, done
         once it commits), or (``carry``: a PostgreSQL single-statement write step) pipelined with the step's
         statement into one implicit transaction, one round trip; ``queue``: the task lock to take first and release
-        after, in the same pipeline (see :class:`_Pipelined`); ``relaxed``: the pipeline's transaction commits without
+        after, in the same pipeline (see :class:`.pipeline.Pipelined`); ``relaxed``: the pipeline's transaction commits without
         waiting for the WAL flush."""
         if began:
             deferred = self._run_deferred(cur)
@@ -339,10 +336,13 @@ class Database:
             try:
                 for deferred_work in batch:
                     deferred_work(pipelined.side)
-                return work(pipelined), 0
-            finally:
-                if not pipelined.close() and queue is not None:
-                    self._contended[queue] = time.monotonic() + _PG_QUEUE_SECONDS  # the lock was held: keep queueing
+                result = work(pipelined)
+            except BaseException as exc:
+                pipelined.close(exc)  # ends the pipeline without hiding what the step raised (a lost race)
+                raise
+            if not pipelined.close() and queue is not None:
+                self._contended[queue] = time.monotonic() + _PG_QUEUE_SECONDS  # the lock was held: keep queueing
+            return result, 0
         return work(cur), 0
 
     def _deferred_done(self, count: int) -> None:
@@ -579,87 +579,6 @@ class Database:
     def _begin_when_free(self, conn: Connection) -> None:
         """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
         self._when_free(lambda: conn.exec_driver_sql(self._begin))
-
-
-class _Pipelined:
-    """PostgreSQL: a cursor whose first statement is sent in one pipeline with the deferred ones before it (no Sync
-    between them: one implicit transaction at REPEATABLE READ, committed at the Sync its first fetch sends, one round
-    trip). ``committed`` is called once that transaction committed. Later statements run as usual.
-
-    ``queue``: a task's advisory lock, taken by a statement of its own before them (a Sync between: the step's
-    snapshot is taken once the lock is held) and released by one after them (another Sync: after the step's commit,
-    even when the step failed), all in the same round trip: the workers that queue on a task wait on the server,
-    and hold the lock for the step's execution and commit only. ``relaxed``: the transaction starts with
-    :data:`_RELAXED` (its commit does not wait for the WAL flush; the setting ends with it)."""
-
-    def __init__(
-        self, cur: Any, committed: Callable[[], None], queue: int | None = None, *, relaxed: bool = False
-    ) -> None:
-        self._cur = cur
-        self._committed = committed
-        self._key = queue
-        conn = cur.connection
-        self._context: Any = conn.pipeline()
-        self._pipeline: Any = self._context.__enter__()
-        self._lock: Any = None
-        self._unlock: Any = None
-        if queue is not None:
-            from psycopg.rows import tuple_row
-
-            self._lock = conn.cursor(row_factory=tuple_row)
-            self._lock.execute(_QUEUE, {"k": queue})
-            self._pipeline._enqueue_sync()
-        self.side = conn.cursor()
-        """The cursor the deferred statements run on (their results are not read)."""
-        if relaxed:
-            self.side.execute(_RELAXED)
-
-    def execute(self, sql: Any, params: Any = None) -> Any:
-        result = self._cur.execute(sql, params)
-        self._release()
-        return result
-
-    def _release(self) -> None:
-        if self._pipeline is not None and self._key is not None and self._unlock is None:
-            self._pipeline._enqueue_sync()  # the step's transaction ends here: the unlock runs after its commit
-            self._unlock = self._cur.connection.cursor()
-            self._unlock.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": self._key})
-
-    def fetchall(self) -> Any:
-        self.close()
-        return self._cur.fetchall()
-
-    def fetchone(self) -> Any:
-        self.close()
-        return self._cur.fetchone()
-
-    def close(self) -> bool:
-        """Send the Sync and read every result (raises what the step raised: then its transaction did not commit).
-        True unless the task's lock was found held by another worker."""
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is None:
-            return True
-        if self._key is not None and self._unlock is None:  # nothing was sent after the lock: release it anyway
-            self._pipeline = pipeline
-            self._release()
-            self._pipeline = None
-        self._context.__exit__(None, None, None)
-        self._committed()
-        row = self._lock.fetchone() if self._lock is not None else None
-        return row is None or bool(row[0])
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cur, name)
-
-
-@functools.cache
-def _pipeline_syncs() -> bool:
-    """Whether this psycopg can end an implicit transaction inside a pipeline without waiting (to queue in one)."""
-    try:
-        from psycopg._pipeline_base import BasePipeline
-    except ImportError:  # pragma: no cover - psycopg >= 3.2 has it
-        return False
-    return hasattr(BasePipeline, "_enqueue_sync")
 
 
 def _lock_key(task: str) -> int:
