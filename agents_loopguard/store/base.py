@@ -155,6 +155,8 @@ class Grant:
     revision: int = 0
     """The task's validated revision when the reservation was decided."""
     detail: str = ""
+    stalled: int | None = None
+    """The task's stall count after a granted reservation, when the store reads it (SQLStore; else None)."""
 
 
 @dataclass(frozen=True)

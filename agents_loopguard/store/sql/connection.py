@@ -243,7 +243,8 @@ class Database:
         self._fsync_some = self.synchronous == "WRITES" and not self.postgres
         """SQLite WRITES mode: durable steps raise the connection to FULL for their own commit."""
         self._relax = self.synchronous == "WRITES" and self.postgres
-        """PostgreSQL WRITES mode: the other steps commit without waiting for the WAL flush (:data:`.pipeline.RELAXED`)."""
+        """PostgreSQL WRITES mode: the other steps commit without waiting for the WAL flush
+        (:data:`.pipeline.RELAXED`)."""
         self._dbapi_error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -324,8 +325,8 @@ class Database:
         """``work(cur)`` with the deferred statements: first in the step's own transaction (then how many ran, done
         once it commits), or (``carry``: a PostgreSQL single-statement write step) pipelined with the step's
         statement into one implicit transaction, one round trip; ``queue``: the task lock to take first and release
-        after, in the same pipeline (see :class:`.pipeline.Pipelined`); ``relaxed``: the pipeline's transaction commits without
-        waiting for the WAL flush."""
+        after, in the same pipeline (see :class:`.pipeline.Pipelined`); ``relaxed``: the pipeline's transaction
+        commits without waiting for the WAL flush."""
         if began:
             deferred = self._run_deferred(cur)
             return work(cur), deferred

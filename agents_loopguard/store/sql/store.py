@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +33,7 @@ from ..base import (
     ensured,
     operator_text,
 )
-from ..rules import check_tokens
+from ..rules import check_tokens, progressed
 from .connection import Database
 from .postgres import PostgresSteps
 from .sqlite import SQLiteSteps
@@ -119,6 +120,10 @@ class SQLStore(Store):
         weakref.finalize(self, _flush_quietly, self._db)  # deferred trace rows are written at exit or collection
         self._known: set[str] = set()
         """Tasks this store created or found (tasks are never deleted): trace rows of theirs can be deferred."""
+        self._progress: dict[str, tuple[int, int, Usage]] = {}
+        """Task -> (revision, stalled, counters) as this store's last step on it read them (a read's result is
+        answered from them and written with the next step, see :meth:`record_execution`)."""
+        self._progress_lock = threading.Lock()
 
     @property
     def readonly(self) -> bool:
@@ -188,9 +193,17 @@ class SQLStore(Store):
         self._db.flush()
         return [snapshot(row) for row in self._db.read(lambda cur: fetch_all(cur, self._st.tasks))]
 
+    def _saw(self, task_id: str, grant: Grant | None) -> None:
+        """Keep what a granted reservation read of the task's progress."""
+        if grant is not None and grant.granted and grant.stalled is not None:
+            with self._progress_lock:
+                self._progress[task_id] = (grant.revision, grant.stalled, grant.used)
+
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
         params = {"task_id": task_id, "now": now}
-        return self._db.step(lambda cur: self._steps.reserve_turn(cur, params), task=task_id)
+        grant = self._db.step(lambda cur: self._steps.reserve_turn(cur, params), task=task_id)
+        self._saw(task_id, grant)
+        return grant
 
     def reserve_execution(
         self,
@@ -211,7 +224,9 @@ class SQLStore(Store):
             "max_wait": max_wait if poll else None,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll), task=task_id)
+        grant = self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll), task=task_id)
+        self._saw(task_id, grant)
+        return grant
 
     def reserve_write(
         self,
@@ -234,20 +249,34 @@ class SQLStore(Store):
             "now": now,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True, task=task_id)
+        reservation = self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True, task=task_id)
+        self._saw(task_id, reservation.grant)
+        return reservation
+
+    def _counted(self, task_id: str, used: Usage) -> Usage:
+        """Keep the counters a cost or token step returned (the progress it left as it was)."""
+        with self._progress_lock:
+            known = self._progress.get(task_id)
+            if known is not None:
+                self._progress[task_id] = (known[0], known[1], used)
+        return used
 
     def reserve_cost(self, task_id: str, amount: float) -> Grant:
         params = {"task_id": task_id, "amount": amount}
-        return self._db.write(lambda cur: self._steps.reserve_cost(cur, params), task=task_id)
+        grant = self._db.write(lambda cur: self._steps.reserve_cost(cur, params), task=task_id)
+        self._counted(task_id, grant.used)
+        return grant
 
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         params = {"task_id": task_id, "reserved": reserved, "actual": actual}
-        return self._db.step(lambda cur: self._steps.settle_cost(cur, params), task=task_id)
+        return self._counted(task_id, self._db.step(lambda cur: self._steps.settle_cost(cur, params), task=task_id))
 
     def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
         check_tokens(input_tokens, output_tokens)
         params = {"task_id": task_id, "in": input_tokens, "out": output_tokens}
-        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params), task=task_id)
+        grant = self._db.step(lambda cur: self._steps.reserve_tokens(cur, params), task=task_id)
+        self._counted(task_id, grant.used)
+        return grant
 
     def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
         (reserved_in, reserved_out), (actual_in, actual_out) = check_tokens(*reserved), check_tokens(*actual)
@@ -258,7 +287,7 @@ class SQLStore(Store):
             "actual_in": actual_in,
             "actual_out": actual_out,
         }
-        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params), task=task_id)
+        return self._counted(task_id, self._db.step(lambda cur: self._steps.settle_tokens(cur, params), task=task_id))
 
     # --- the operation ledger -----------------------------------------------------------------------------------------
 
@@ -325,19 +354,41 @@ class SQLStore(Store):
         operation: tuple[str, OperationState, Any] | None = None,
         seen: Sequence[str] = (),
     ) -> Progress:
+        """A read's result (no operation, no seen keys) decides nothing by itself: it is answered from the progress
+        this store's last reservation read and written with the next step, like a trace row (another worker sees
+        it one step later). A write's answer, a page's keys, or a task whose progress this store has not read, are
+        a step of their own."""
         mode = "none" if revision is None else ("pending" if pending else "step")
         params = trace_params(task_id, entry)
         params["revision"] = revision
+        params["keys"] = list(dict.fromkeys(seen))
+        if operation is None and not seen and task_id in self._known:
+            predicted = self._predict(task_id, revision, pending=pending)
+            if predicted is not None:
+                self._db.defer(lambda cur: self._steps.deferred_record(cur, params, mode=mode))
+                return predicted
         if operation is not None:
             op_id, op_state, op_result = operation
             params.update(op_id=op_id, op_state=str(OperationState(op_state)), op_result=dumps(op_result))
-        params["keys"] = list(dict.fromkeys(seen))
         # a write's answer is ledger: as durable as its reservation (fsynced under SQLite's WRITES)
-        return self._db.step(
+        progress = self._db.step(
             lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen),
             durable=operation is not None,
             task=task_id,
         )
+        with self._progress_lock:
+            self._progress[task_id] = (progress.revision, progress.stalled, progress.used)
+        return progress
+
+    def _predict(self, task_id: str, revision: int | None, *, pending: bool) -> Progress | None:
+        """The progress a read's result makes from what this store last read (None when it read nothing yet)."""
+        with self._progress_lock:
+            known = self._progress.get(task_id)
+            if known is None:
+                return None
+            now_revision, stalled = progressed(known[0], known[1], revision, pending=pending)
+            self._progress[task_id] = (now_revision, stalled, known[2])
+        return Progress(now_revision, stalled, (), known[2])
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         """The entry is written with the next write step of this store (its own transaction would cost a commit per
