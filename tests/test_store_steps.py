@@ -232,3 +232,17 @@ def test_a_deferred_reads_progress_is_what_the_store_then_records(
         assert answers[0] == answers[1]
         stored = sql.task(task)
         assert stored is not None and (stored.revision, stored.stalled) == answers[1][-1][:2]
+
+
+def test_one_read_result_per_reservation_waits_for_the_next_step(sql_url: str) -> None:
+    """Results recorded without a reservation between them (parallel calls, a caller of its own) are steps of their
+    own after the first: what waits for the next step stays one result per reservation."""
+    with SQLStore(sql_url) as store:
+        store.ensure_task("t", BIG)
+        store.reserve_execution("t", "fp-a", max_repeats=9)
+        store.reserve_execution("t", "fp-b", max_repeats=9)
+        first = sent(store, lambda: store.record_execution("t", TraceEntry(kind="tool"), revision=1))
+        second = sent(store, lambda: store.record_execution("t", TraceEntry(kind="tool"), revision=1))
+        assert first == [] and len(second) > 0, (first, second)
+        stored = store.task("t")
+        assert stored is not None and (stored.revision, stored.stalled) == (1, 1)

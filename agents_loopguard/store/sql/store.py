@@ -121,8 +121,9 @@ class SQLStore(Store):
         self._known: set[str] = set()
         """Tasks this store created or found (tasks are never deleted): trace rows of theirs can be deferred."""
         self._progress: dict[str, tuple[int, int, Usage]] = {}
-        """Task -> (revision, stalled, counters) as this store's last step on it read them (a read's result is
-        answered from them and written with the next step, see :meth:`record_execution`)."""
+        """Task -> (revision, stalled, counters) as this store's last reservation on it read them, until a result
+        uses them: one read's result per reservation is answered from them and written with the next step (see
+        :meth:`record_execution`), so what waits for the next step stays bounded."""
         self._progress_lock = threading.Lock()
 
     @property
@@ -354,10 +355,10 @@ class SQLStore(Store):
         operation: tuple[str, OperationState, Any] | None = None,
         seen: Sequence[str] = (),
     ) -> Progress:
-        """A read's result (no operation, no seen keys) decides nothing by itself: it is answered from the progress
-        this store's last reservation read and written with the next step, like a trace row (another worker sees
-        it one step later). A write's answer, a page's keys, or a task whose progress this store has not read, are
-        a step of their own."""
+        """A read's result (no operation, no seen keys) decides nothing by itself: the first one after a reservation
+        is answered from the progress that reservation read and written with the next step, like a trace row
+        (another worker sees it one step later). A write's answer, a page's keys and any other result are a step of
+        their own."""
         mode = "none" if revision is None else ("pending" if pending else "step")
         params = trace_params(task_id, entry)
         params["revision"] = revision
@@ -377,17 +378,17 @@ class SQLStore(Store):
             task=task_id,
         )
         with self._progress_lock:
-            self._progress[task_id] = (progress.revision, progress.stalled, progress.used)
+            self._progress.pop(task_id, None)
         return progress
 
     def _predict(self, task_id: str, revision: int | None, *, pending: bool) -> Progress | None:
-        """The progress a read's result makes from what this store last read (None when it read nothing yet)."""
+        """The progress a read's result makes from what this store's last reservation read (None when no
+        reservation since the last result: the result is then a step of its own)."""
         with self._progress_lock:
-            known = self._progress.get(task_id)
-            if known is None:
-                return None
-            now_revision, stalled = progressed(known[0], known[1], revision, pending=pending)
-            self._progress[task_id] = (now_revision, stalled, known[2])
+            known = self._progress.pop(task_id, None)
+        if known is None:
+            return None
+        now_revision, stalled = progressed(known[0], known[1], revision, pending=pending)
         return Progress(now_revision, stalled, (), known[2])
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
