@@ -129,7 +129,7 @@ def sdk_goal_rows(
         if goal is None:
             continue
         met = r.median <= goal
-        added = f"+{(r.case_s - r.reference_s) * 1000 / turns:.2f} ms per turn over {r.reference_s * 1000 / turns:.2f}"
+        added = f"{(r.case_s - r.reference_s) * 1000 / turns:+.2f} ms per turn over {r.reference_s * 1000 / turns:.2f}"
         if met:
             floor = ""
         elif name == "memory":

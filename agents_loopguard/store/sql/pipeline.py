@@ -72,7 +72,7 @@ class Pipelined:
     def close(self, error: BaseException | None = None) -> bool:
         """Send the Sync and read every result (raises what the step raised: then its transaction did not commit).
         True unless the task's lock was found held by another worker. ``error``: the step raised it already; the
-        pipeline is ended without raising another error over it, and nothing is committed."""
+        pipeline is ended without raising another error over it (its "pipeline aborted")."""
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is None:
             return True
@@ -81,13 +81,12 @@ class Pipelined:
             self._release()
             self._pipeline = None
         try:
-            self._context.__exit__(type(error) if error else None, error, None)
-        except BaseException:
+            self._context.__exit__(None, None, None)
+        except Exception:
             forget_prepared(self._cur.connection)
-            raise
-        if error is not None:
-            forget_prepared(self._cur.connection)
-            return True
+            if error is None:
+                raise
+            return True  # the step's own error stands: the caller raises it
         self._committed()
         row = self._lock.fetchone() if self._lock is not None else None
         return row is None or bool(row[0])
