@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paired import pg_schema, table
+from paired import freeze_heap, pg_schema, table
 
 from agents_loopguard import Budget, Guard, Policy
 from agents_loopguard.engine.calls import Ticket
@@ -59,6 +59,7 @@ def work(url: str, task_id: str, me: int, turns: int, ready: Any, go: Any, out: 
     store = SQLStore(url)
     guard = Guard(budget=BUDGET, store=store, task_id=task_id, policy=POLICY)
     guard.begin_turn()  # connect, check the schema, prepare the statements
+    freeze_heap()
     store._db.lost_races = 0
     ready.release()
     go.wait()

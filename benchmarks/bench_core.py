@@ -19,7 +19,13 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from paired import freeze_heap
 
 from agents_loopguard import Budget, Guard, MemoryStore, Policy, Verdict, canonical
 from agents_loopguard.engine.canonical import canonical_json
@@ -110,6 +116,9 @@ def sample(fn: Callable[[], Any], *, inner: int) -> float:
 
 def interleaved(cases: dict[str, Callable[[], Any]], *, rounds: int, inner: int) -> dict[str, tuple[float, float]]:
     """(median, best) microseconds per call; each round runs every case once, so noise hits all of them alike."""
+    for fn in cases.values():  # warm up
+        sample(fn, inner=max(1, inner // 10))
+    freeze_heap()
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, fn in cases.items():
@@ -124,6 +133,9 @@ def paired_ratios(
 
     Each pair runs the two back to back (alternating which goes first), so noise on the shared machine hits both.
     """
+    for fn in [baseline, *cases.values()]:  # warm up
+        sample(fn, inner=max(1, inner // 10))
+    freeze_heap()
     ratios: dict[str, list[float]] = {name: [] for name in cases}
     times: dict[str, list[float]] = {name: [] for name in cases}
     for r in range(rounds):

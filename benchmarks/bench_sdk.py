@@ -15,17 +15,25 @@ the guard lets all of them run), then answers:
 Stores: the in-process MemoryStore, SQLStore on a SQLite file (the default ``synchronous=WRITES``: fsync only for
 the commits that protect writes and decisions) and on PostgreSQL. Each figure is the median, min and max of the
 ratios of interleaved pairs (guarded and plain back to back, who goes first alternating); see ``paired.py``.
+
+After the pairs of a figure, a few more guarded runs (each after a plain one, as in the pairs) time every call of
+the store's public methods *inside* the run (:class:`StoreClock`): the median store time per guarded run, what
+``report.py`` builds each floor from. The pairs themselves run unwrapped.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import statistics
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +169,74 @@ def raw_guarded(client: openai.OpenAI, server: ScriptedOpenAIServer, turns: int,
     return go
 
 
+# --- the store's time inside a run ----------------------------------------------------------------------------------
+
+
+class StoreClock:
+    """While :meth:`installed`, every call of the store's public methods is timed (the outermost call only, so a
+    method calling another is counted once): ``seconds`` in all, ``calls`` by method."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.seconds = 0.0
+        self.calls: dict[str, int] = {}
+        self._depth = 0
+
+    def _timed(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(method)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.seconds += time.perf_counter() - start
+                    self.calls[name] = self.calls.get(name, 0) + 1
+
+        return timed
+
+    @contextmanager
+    def installed(self) -> Iterator[StoreClock]:
+        names = [n for n in dir(Store) if not n.startswith("_") and callable(getattr(Store, n))]
+        for name in names:
+            setattr(self.store, name, self._timed(name, getattr(self.store, name)))
+        try:
+            yield self
+        finally:
+            for name in names:
+                delattr(self.store, name)
+
+
+async def astore_seconds(
+    case: Callable[[], Awaitable[Any]], reference: Callable[[], Awaitable[Any]], store: Store, runs: int
+) -> float:
+    """Median seconds the store took inside one guarded run (each after a plain run, as in the pairs)."""
+    samples = []
+    for _ in range(runs):
+        await reference()
+        with StoreClock(store).installed() as clock:
+            await case()
+        samples.append(clock.seconds)
+    return statistics.median(samples)
+
+
+def store_seconds(case: Callable[[], Any], reference: Callable[[], Any], store: Store, runs: int) -> float:
+    """:func:`astore_seconds` for a synchronous run."""
+    samples = []
+    for _ in range(runs):
+        reference()
+        with StoreClock(store).installed() as clock:
+            case()
+        samples.append(clock.seconds)
+    return statistics.median(samples)
+
+
 # --- the run ----------------------------------------------------------------------------------------------------------
+
+Figure = tuple[str, str, int, Ratio]
+"""(run, store, K, the guarded / plain ratio)."""
 
 
 @contextmanager
@@ -175,10 +250,14 @@ def stores(workdir: str, with_pg: bool = True) -> Iterator[dict[str, Store]]:
         yield found
 
 
-def measure(pairs: int, long_pairs: int, *, only: set[str] | None = None) -> list[tuple[str, str, int, Ratio]]:
+def measure(
+    pairs: int, long_pairs: int, *, only: set[str] | None = None
+) -> tuple[list[Figure], dict[tuple[str, str, int], float]]:
+    """The figures, and for each the median seconds the store took inside one guarded run."""
     set_tracing_disabled(True)
     workdir = tempfile.mkdtemp(prefix="bench-sdk-")
-    figures: list[tuple[str, str, int, Ratio]] = []
+    figures: list[Figure] = []
+    inside: dict[tuple[str, str, int], float] = {}
     with stores(workdir) as found, ScriptedOpenAIServer() as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="bench")
         for turns in (10, 100):
@@ -188,18 +267,22 @@ def measure(pairs: int, long_pairs: int, *, only: set[str] | None = None) -> lis
                 n = pairs if turns == 10 else long_pairs
                 ratio = run_paired_async(sdk_guarded(turns, store), sdk_plain(turns), n)
                 figures.append(("sdk", name, turns, ratio))
+                timing = astore_seconds(sdk_guarded(turns, store), sdk_plain(turns), store, max(3, n // 3))
+                inside["sdk", name, turns] = asyncio.run(timing)
                 print(f"  sdk K={turns} {name}: {ratio}", file=sys.stderr, flush=True)
         for name, store in found.items():
             if only and name not in only:
                 continue
-            ratio = paired(raw_guarded(client, server, 10, store), raw_plain(client, server, 10), pairs)
+            guarded, plain = raw_guarded(client, server, 10, store), raw_plain(client, server, 10)
+            ratio = paired(guarded, plain, pairs)
             figures.append(("raw loop", name, 10, ratio))
+            inside["raw loop", name, 10] = store_seconds(guarded, plain, store, max(3, pairs // 3))
             print(f"  raw loop K=10 {name}: {ratio}", file=sys.stderr, flush=True)
         client.close()
-    return figures
+    return figures, inside
 
 
-def render(figures: list[tuple[str, str, int, Ratio]]) -> str:
+def render(figures: list[Figure], inside: dict[tuple[str, str, int], float]) -> str:
     rows = []
     for run, name, turns, r in figures:
         goal = GOALS.get((run, name, turns))
@@ -212,13 +295,26 @@ def render(figures: list[tuple[str, str, int, Ratio]]) -> str:
                 f"{r.reference_s * 1000:.1f}",
                 f"{r.case_s * 1000:.1f}",
                 f"{added:+.3f}",
+                f"{inside.get((run, name, turns), 0.0) * 1000 / turns:.3f}",
                 f"{r.median:.3f}",
                 f"{r.low:.2f}-{r.high:.2f}",
                 r.pairs,
                 goal_cell(r.median, goal) if goal is not None else "",
             ]
         )
-    headers = ["run", "store", "K", "plain ms", "guarded ms", "ms/turn", "ratio", "min-max", "pairs", "goal"]
+    headers = [
+        "run",
+        "store",
+        "K",
+        "plain ms",
+        "guarded ms",
+        "ms/turn",
+        "store ms/turn",
+        "ratio",
+        "min-max",
+        "pairs",
+        "goal",
+    ]
     return table(headers, rows)
 
 
@@ -229,8 +325,8 @@ def main() -> None:
     parser.add_argument("--store", action="append", help="only this store (memory, sqlite, postgresql); repeatable")
     args = parser.parse_args()
     pairs = args.pairs or (7 if args.quick else 21)
-    figures = measure(pairs, max(5, pairs // 2), only=set(args.store) if args.store else None)
-    print(render(figures))
+    figures, inside = measure(pairs, max(5, pairs // 2), only=set(args.store) if args.store else None)
+    print(render(figures, inside))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paired import pg_schema
+from paired import freeze_heap, pg_schema
 
 from agents_loopguard import Budget, Guard
 from agents_loopguard.engine.calls import Ticket
@@ -124,6 +124,7 @@ def measure(cases: dict[str, Callable[[], None]], rounds: int, batch: int) -> di
     for fn in cases.values():  # warm up: connections, prepared statements, caches
         for _ in range(max(5, batch // 4)):
             fn()
+    freeze_heap()
     for _ in range(rounds):
         order = list(cases)
         random.shuffle(order)

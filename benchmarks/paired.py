@@ -4,11 +4,16 @@ A figure is the ratio of a case to its reference (a guarded run to the plain one
 database floor), measured as *interleaved pairs*: each pair runs both back to back (who goes first alternates), and
 the figure is the median of the pairs' ratios with their min and max. Pairs share the machine's state at that moment
 (another process's load, the disk's queue), so their ratio is steadier than a ratio of two medians.
+
+After the warm-up every benchmark calls :func:`freeze_heap`: what the warm-up built (modules, agents, connections)
+moves out of the garbage collector's generations, so a full collection over it (100-140 ms at ~200k objects) no
+longer lands on one side of a pair at random.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import platform
 import statistics
@@ -37,6 +42,12 @@ class Ratio:
         return f"{self.median:.3f} ({self.low:.2f}-{self.high:.2f})"
 
 
+def freeze_heap() -> None:
+    """Collect, then move every object alive now out of the collector's generations (``gc.freeze``)."""
+    gc.collect()
+    gc.freeze()
+
+
 def summarize(pairs: Sequence[tuple[float, float]]) -> Ratio:
     ratios = [case / reference for case, reference in pairs]
     return Ratio(
@@ -54,6 +65,7 @@ def paired(case: Callable[[], Any], reference: Callable[[], Any], pairs: int, *,
     for _ in range(warmup):
         case()
         reference()
+    freeze_heap()
     samples: list[tuple[float, float]] = []
     for i in range(pairs):
         order = (case, reference) if i % 2 == 0 else (reference, case)
@@ -73,6 +85,7 @@ async def apaired(
     for _ in range(warmup):
         await case()
         await reference()
+    freeze_heap()
     samples: list[tuple[float, float]] = []
     for i in range(pairs):
         first, second = (case, reference) if i % 2 == 0 else (reference, case)

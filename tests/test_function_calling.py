@@ -645,6 +645,26 @@ def test_no_tools_means_no_tools_and_no_tool_choice_are_sent(server: ScriptedOpe
     assert "tools" not in server.requests[0].body and "tool_choice" not in server.requests[0].body
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_assistant_message_with_tool_calls_goes_back_without_a_null_content(
+    server: ScriptedOpenAIServer, mode: str
+) -> None:
+    """The conversation the next request sends: a tool-calling message without text has no ``content`` at all (a
+    ``null`` costs the openai client a walk of the content type on every request); one with text keeps its text."""
+    shop = Shop(done_on_confirm=False)
+    server.add(
+        tool_call("lookup_order", {"order_id": 42}),
+        tool_calls(function_call("lookup_order", {"order_id": 42}, call_id="again"), text="Checking once more."),
+        final_text("Order 42 is open."),
+    )
+    outcome = run_loop(server, "chat", mode, tools=shop.tools(), budget=Budget(5, 5))
+    assert outcome.used.models == 3
+    sent = [m for m in server.requests[2].body["messages"] if m["role"] == "assistant"]
+    assert len(sent) == 2 and all(m["tool_calls"] for m in sent)
+    assert "content" not in sent[0]
+    assert sent[1]["content"] == "Checking once more."
+
+
 @pytest.mark.parametrize("module", [function_calling_entry, pricing, triggers], ids=lambda m: m.__name__)
 def test_docstring_examples_run(module: Any) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

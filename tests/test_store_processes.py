@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from agents_loopguard import Budget, Reason
+from agents_loopguard import Budget, Guard, Reason
 from agents_loopguard.store import OperationState, SQLStore
 from tests.support.processes import Worker, prepared, shared_barrier, start_together
 
@@ -173,3 +174,51 @@ def test_a_write_killed_in_flight_stays_unknown_and_is_never_resent(sql_url: str
     with SQLStore(url) as store:
         after = store.lookup_operation("invoice-77-pay")
     assert after is not None and after.state is OperationState.UNKNOWN and after.attempts == 1
+
+
+def _wait_for(worker: Worker, line: str) -> None:
+    deadline = time.monotonic() + 60
+    while line not in worker.lines():
+        assert worker.proc.poll() is None, worker.stderr.read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def test_another_worker_sees_a_reads_result_one_step_later(sql_url: str, tmp_path: Path) -> None:
+    """A read's result rides with the worker's next step: until then another process sees the execution counted
+    but not its result; after that step, both. Rules: R6 (progress), R16 (many workers)."""
+    url = prepared(sql_url)
+    reader = Worker(
+        tmp_path, "reader", "read_then_step", url=url, task="t", go=str(tmp_path / "go"), done=str(tmp_path / "done")
+    )
+    reader.wait_ready()  # its read is settled (its guard is at revision 5), its next step not taken
+    with SQLStore(url, readonly=True) as other:
+        before = other.task("t")
+        assert before is not None and (before.used.models, before.used.tools, before.revision) == (1, 1, 0)
+        assert [e.result_class for e in other.trace("t")] == ["reserved"]
+        (tmp_path / "go").touch()
+        _wait_for(reader, "stepped")
+        after = other.task("t")
+        assert after is not None and (after.used.models, after.used.tools, after.revision) == (2, 1, 5)
+        assert [(e.kind, e.result_class) for e in other.trace("t")] == [
+            ("model", "reserved"),
+            ("tool", "ok"),
+            ("model", "reserved"),
+        ]
+    (tmp_path / "done").touch()
+    assert reader.finish() == {"revision": 5}
+
+
+def test_a_worker_killed_after_a_read_loses_only_that_reads_result(sql_url: str, tmp_path: Path) -> None:
+    """SIGKILL between a read's result and the next step: the execution stays counted (it was reserved before it
+    ran), the result was never written, and the next worker goes on from the stored revision. Rules: R2, R16."""
+    url = prepared(sql_url)
+    victim = Worker(tmp_path, "victim", "read_then_step", url=url, task="t", hang=True)
+    victim.wait_ready()
+    os.kill(victim.proc.pid, signal.SIGKILL)
+    assert victim.proc.wait(timeout=30) == -signal.SIGKILL
+    with SQLStore(url) as store:
+        task = store.task("t")
+        assert task is not None and (task.used.models, task.used.tools, task.revision) == (1, 1, 0)
+        guard = Guard(budget=Budget(model_turns=10, tool_executions=10), store=store, task_id="t")
+        assert guard.begin_turn() is None and guard.used.tools == 1 and guard.used.models == 2

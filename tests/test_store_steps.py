@@ -1,18 +1,23 @@
 """What one guarded turn costs the database, pinned: transactions on SQLite, round trips on PostgreSQL; and how the
-store saves them: trace rows written with the next step, workers queued on a contended task (PostgreSQL)."""
+store saves them: trace rows and a read's result written with the next step, workers queued on a contended task
+(PostgreSQL)."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
+import uuid
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from agents_loopguard import Budget, Guard
+from agents_loopguard import Budget, Guard, MemoryStore, Reason, Status, Verdict
 from agents_loopguard.engine.calls import Ticket
-from agents_loopguard.store import SQLStore, StoreError
-from agents_loopguard.store.base import TraceEntry
+from agents_loopguard.store import OperationState, SQLStore, StoreError
+from agents_loopguard.store.base import Store, TraceEntry
 from agents_loopguard.store.sql.connection import _lock_key
 from tests.conftest import libpq_url
 from tests.support.store_trace import round_trips, sent
@@ -32,21 +37,22 @@ def turn(guard: Guard, i: int) -> None:
     assert guard.settle(ticket, {"status": "ok"}, verify) is None
 
 
-def test_a_full_turn_is_three_transactions_on_sqlite_and_three_round_trips_on_postgresql(sql_url: str) -> None:
+def test_a_full_turn_is_two_transactions_on_sqlite_and_two_round_trips_on_postgresql(sql_url: str) -> None:
     with SQLStore(sql_url) as store:
         guard = Guard(budget=BIG, store=store, task_id="t")
         turn(guard, 1)  # warm: connection, schema
         messages = sent(store, lambda: turn(guard, 2))
         if store.backend == "sqlite":
-            # the model's answer is written in the tool reservation's transaction: no transaction of its own
-            assert messages.count("BEGIN IMMEDIATE") == 3 and messages.count("COMMIT") == 3, messages
+            # the previous read's result rides in the turn's transaction, the model's answer in the tool's
+            assert messages.count("BEGIN IMMEDIATE") == 2 and messages.count("COMMIT") == 2, messages
         else:
-            # one statement per step, the answer's trace row pipelined with the tool reservation's
-            assert messages.count("Sync") + messages.count("Query") == 3, messages
+            # one statement per step, what was deferred pipelined with it
+            assert messages.count("Sync") + messages.count("Query") == 2, messages
         kinds = [(e.kind, e.result_class) for e in store.trace("t")]
         assert kinds == [("model", "reserved"), ("model", "answered"), ("tool", "ok")] * 2
+        assert store.task("t").revision == 2  # type: ignore[union-attr]
         if store.backend == "postgresql":
-            assert round_trips(store, lambda: turn(guard, 3)) == 3
+            assert round_trips(store, lambda: turn(guard, 3)) == 2
 
 
 def test_a_deferred_trace_row_is_read_at_once_here_and_elsewhere_after_the_next_step(sql_url: str) -> None:
@@ -124,3 +130,120 @@ def test_a_process_that_exits_without_closing_its_store_writes_its_deferred_rows
     subprocess.run([sys.executable, "-c", script, sql_url], check=True, timeout=60)
     with SQLStore(sql_url, readonly=True) as reader:
         assert [(e.seq, e.result_class) for e in reader.trace("t")] == [(1, "answered")]
+
+
+def test_a_reads_result_is_read_at_once_here_and_elsewhere_after_the_next_step(sql_url: str) -> None:
+    with SQLStore(sql_url) as store, SQLStore(sql_url) as other:
+        store.ensure_task("t", BIG)
+        assert store.reserve_turn("t").granted and store.reserve_execution("t", "fp", max_repeats=9).granted
+        progress = store.record_execution("t", TraceEntry(kind="tool", result_class="ok"), revision=3)
+        assert (progress.revision, progress.stalled, progress.used.tools) == (3, 0, 1)
+        assert other.task("t").revision == 0, "not written yet: no transaction of its own"  # type: ignore[union-attr]
+        assert store.reserve_turn("t").granted  # written with this step, before it
+        assert other.task("t").revision == 3  # type: ignore[union-attr]
+        assert [e.result_class for e in other.trace("t")] == ["reserved", "ok", "reserved"]
+        store.record_execution("t", TraceEntry(kind="tool", result_class="ok"), revision=3)
+        assert store.task("t").stalled == 1, "this store reads its own results at once"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ["write", "page"])
+def test_a_writes_answer_and_a_pages_keys_are_steps_of_their_own(sql_url: str, kind: str) -> None:
+    with SQLStore(sql_url) as store:
+        store.ensure_task("t", BIG)
+        store.reserve_turn("t")
+        answer = ("op", OperationState.COMMITTED, {"ok": 1}) if kind == "write" else None
+        if answer is not None:
+            store.reserve_write("t", "op", "fp-op", "pay", max_repeats=9)
+        seen = ["cursor:c1"] if kind == "page" else []
+        messages = sent(
+            store, lambda: store.record_execution("t", TraceEntry(kind="tool"), revision=1, operation=answer, seen=seen)
+        )
+        assert messages.count("BEGIN IMMEDIATE" if store.backend == "sqlite" else "Sync") == 1, messages
+
+
+def test_the_outcome_is_one_step_after_a_turn_without_a_flush_transaction(sql_url: str) -> None:
+    with SQLStore(sql_url) as store:
+        guard = Guard(budget=BIG, store=store, task_id="t")
+        turn(guard, 1)
+        verdict = Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "done")
+        if store.backend == "sqlite":
+            messages = sent(store, lambda: guard.end(verdict))
+            assert messages.count("BEGIN IMMEDIATE") == 1, messages  # the outcome's; the counters read as they are
+        else:
+            assert round_trips(store, lambda: guard.end(verdict)) == 2  # the counters' read, the outcome
+        assert guard.outcome is not None and guard.outcome.revision == 1 and guard.outcome.used.tools == 1
+        assert [e.result_class for e in store.trace("t")] == ["reserved", "answered", "ok"]
+        assert store.task("t").revision == 1  # type: ignore[union-attr]
+
+
+def test_no_transaction_is_held_between_the_steps_of_a_turn(sql_url: str) -> None:
+    """What is deferred waits in this process, not in an open transaction: another worker can write at every
+    point of a turn where a model call or a tool runs."""
+    with SQLStore(sql_url) as store:
+        guard = Guard(budget=BIG, store=store, task_id="t")
+
+        def idle() -> None:
+            if store.backend == "sqlite":
+                assert not store._cursor().connection.in_transaction
+                path = store._db.path
+                probe = sqlite3.connect(str(path), timeout=0, isolation_level=None)
+                probe.execute("BEGIN IMMEDIATE")  # the write lock is free now
+                probe.execute("ROLLBACK")
+                probe.close()
+            else:
+                assert store._cursor().connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+        for i in range(1, 3):
+            assert guard.begin_turn() is None
+            idle()  # the model call
+            guard.record_model_answer("answered")
+            ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": i}})
+            assert isinstance(ticket, Ticket)
+            idle()  # the tool
+            assert (
+                guard.settle(ticket, {"status": "ok"}, evidence={"revision": i, "done": False, "effect": "none"})
+                is None
+            )
+            idle()  # the next model call, the read's result deferred
+
+
+RESULT = st.tuples(st.one_of(st.none(), st.integers(0, 6)), st.booleans())
+"""A read's result: the revision its verify proved (None: unverified), and whether it was a pending poll."""
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(results=st.lists(RESULT, min_size=1, max_size=8))
+def test_a_deferred_reads_progress_is_what_the_store_then_records(
+    sql_url: str, results: list[tuple[int | None, bool]]
+) -> None:
+    """The progress a SQLStore answers for a deferred read equals a MemoryStore's, read after read, and what the
+    database holds once written equals it too."""
+    task = f"t-{uuid.uuid4().hex[:8]}"
+    with SQLStore(sql_url) as sql:
+        stores: list[Store] = [sql, MemoryStore()]
+        answers: list[list[tuple[int, int, int]]] = [[], []]
+        for store, answered in zip(stores, answers, strict=True):
+            store.ensure_task(task, BIG)
+            for n, (revision, pending) in enumerate(results):
+                assert store.reserve_turn(task).granted
+                assert store.reserve_execution(task, f"fp-{n}", max_repeats=9).granted
+                entry = TraceEntry(kind="tool", result_class="ok")
+                p = store.record_execution(task, entry, revision=revision, pending=pending)
+                answered.append((p.revision, p.stalled, p.used.tools))
+        assert answers[0] == answers[1]
+        stored = sql.task(task)
+        assert stored is not None and (stored.revision, stored.stalled) == answers[1][-1][:2]
+
+
+def test_one_read_result_per_reservation_waits_for_the_next_step(sql_url: str) -> None:
+    """Results recorded without a reservation between them (parallel calls, a caller of its own) are steps of their
+    own after the first: what waits for the next step stays one result per reservation."""
+    with SQLStore(sql_url) as store:
+        store.ensure_task("t", BIG)
+        store.reserve_execution("t", "fp-a", max_repeats=9)
+        store.reserve_execution("t", "fp-b", max_repeats=9)
+        first = sent(store, lambda: store.record_execution("t", TraceEntry(kind="tool"), revision=1))
+        second = sent(store, lambda: store.record_execution("t", TraceEntry(kind="tool"), revision=1))
+        assert first == [] and len(second) > 0, (first, second)
+        stored = store.task("t")
+        assert stored is not None and (stored.revision, stored.stalled) == (1, 1)

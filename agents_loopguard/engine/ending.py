@@ -125,7 +125,7 @@ class Ending:
 
     def _refresh(self) -> None:
         """Take the task's counters and revision from the store (other workers may have moved them)."""
-        snapshot = self.store.task(self.task_id)
+        snapshot = self.store.committed_task(self.task_id)
         if snapshot is not None:
             self.used = snapshot.used
             self.revision = max(self.revision, snapshot.revision)

@@ -72,8 +72,13 @@ class Chat:
 
     @staticmethod
     def append_turn(conversation: list[Any], response: Any) -> None:
+        """The assistant message as the next request sends it back. A message with tool calls and no text carries
+        no ``content`` (the API allows it; a ``content: null`` costs the openai client a walk of the whole content
+        type on every later request)."""
         message = response.choices[0].message
-        entry: dict[str, Any] = {"role": "assistant", "content": message.content}
+        entry: dict[str, Any] = {"role": "assistant"}
+        if message.content is not None or not message.tool_calls:
+            entry["content"] = message.content
         if message.tool_calls:
             entry["tool_calls"] = [dump(call) for call in message.tool_calls]
         conversation.append(entry)

@@ -155,6 +155,8 @@ class Grant:
     revision: int = 0
     """The task's validated revision when the reservation was decided."""
     detail: str = ""
+    stalled: int | None = None
+    """The task's stall count after a granted reservation, when the store reads it (SQLStore; else None)."""
 
 
 @dataclass(frozen=True)
@@ -362,6 +364,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def task(self, task_id: str) -> TaskSnapshot | None:
         """The task, or ``None``."""
+
+    def committed_task(self, task_id: str) -> TaskSnapshot | None:
+        """The task as the database holds it for every worker, read without first writing what this store deferred
+        (:class:`~agents_loopguard.store.sql.SQLStore`: trace rows and read results, which move no counter and which
+        its next step writes); the engine's read before it stores an outcome. Other stores: :meth:`task`."""
+        return self.task(task_id)
 
     @abc.abstractmethod
     def tasks(self) -> list[TaskSnapshot]:

@@ -43,6 +43,7 @@ __all__ = [
     "check_tokens",
     "cost_refusal",
     "execution_refusal",
+    "progressed",
     "reopens",
     "stop_refusal",
     "token_refusal",
@@ -113,6 +114,21 @@ def stop_refusal(task: TaskView) -> Grant | None:
     if task.status != "running":  # ended by another worker (or an earlier run): not a stop mark
         return _refused(task, Reason.TASK_FINISHED, f"task already {task.status}")
     return None
+
+
+def progressed(revision: int, stalled: int, verified: int | None, *, pending: bool = False) -> tuple[int, int]:
+    """The task's (revision, stalled) after a result: a verified revision above the task's advances it and ends the
+    stall; a verified result that does not advance it is one more stall, unless it is a pending poll; an
+    unverified result (``verified`` None) moves nothing. The SQL progress statements are this rule.
+
+    >>> progressed(3, 1, 4), progressed(3, 1, 3), progressed(3, 1, 2, pending=True), progressed(3, 1, None)
+    ((4, 0), (3, 2), (3, 1), (3, 1))
+    """
+    if verified is None:
+        return revision, stalled
+    if verified > revision:
+        return verified, 0
+    return revision, stalled if pending else stalled + 1
 
 
 def turn_refusal(task: TaskView) -> Grant | None:

@@ -42,6 +42,27 @@ def sent(store: SQLStore, call: Callable[[], Any]) -> list[str]:
     return [message for direction, message in _pg_trace(store, call) if direction == "F"]
 
 
+def pg_sent(store: SQLStore, call: Callable[[], Any]) -> list[str]:
+    """PostgreSQL: the client's messages during ``call``, a ``Parse`` with the statement's text (``Parse: SELECT
+    ...``), the others by their name (``Sync``, ``Bind``...)."""
+    dbapi = store._cursor().connection
+    with tempfile.TemporaryFile("w+") as trace:
+        dbapi.pgconn.trace(trace.fileno())
+        try:
+            call()
+        finally:
+            dbapi.pgconn.untrace()
+        trace.seek(0)
+        text = trace.read()
+    messages = []
+    for line in text.split("\n20"):  # a statement's text spans lines; each message starts with its timestamp
+        fields = line.split("\t", 4)
+        if len(fields) > 3 and fields[1] == "F":
+            statement = fields[4].split('"')[3].strip() if fields[3] == "Parse" else ""
+            messages.append(f"Parse: {' '.join(statement.split())}" if statement else fields[3])
+    return messages
+
+
 def round_trips(store: SQLStore, call: Callable[[], Any]) -> int:
     """PostgreSQL: how many times the store's connection sent messages and then waited for the server's answer
     during ``call`` (a pipeline of several statements and Syncs is one)."""

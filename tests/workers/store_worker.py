@@ -227,7 +227,33 @@ def finish(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-MODES = {f.__name__: f for f in (race, budget, tool_limit, stop_loop, stopper, hang_write, retry_write, finish)}
+def read_then_step(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A turn whose verified read moves the revision to 5; say so and wait for the test's go (or hang until killed:
+    ``hang``), then take the next step, a model turn, and say so."""
+    store = SQLStore(cfg["url"])
+    guard = Guard(budget=BIG, store=store, task_id=cfg["task"])
+    assert guard.begin_turn() is None
+    ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": 1}})
+    assert isinstance(ticket, Ticket)
+    verdict = guard.settle(ticket, {"status": "ok"}, lambda c, r: {"revision": 5, "done": False, "effect": "none"})
+    assert verdict is None and guard.revision == 5
+    if cfg.get("hang"):
+        Path(cfg["ready"]).write_text(str(os.getpid()))
+        time.sleep(300)
+    start_together(cfg)
+    assert guard.begin_turn() is None
+    with open(cfg["log"], "a") as log:
+        log_line(log, "stepped")
+    while not Path(cfg["done"]).exists():
+        time.sleep(0.002)
+    store.close()
+    return {"revision": guard.revision}
+
+
+MODES = {
+    f.__name__: f
+    for f in (race, budget, tool_limit, stop_loop, stopper, hang_write, retry_write, finish, read_then_step)
+}
 
 
 def main() -> None:

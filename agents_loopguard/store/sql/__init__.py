@@ -14,7 +14,8 @@ Every method is one atomic step, decided by the database and never by a read fol
 On SQLite each step is one ``BEGIN IMMEDIATE`` transaction in a WAL file with ``synchronous=FULL`` for the steps
 that protect a write (:data:`SQLITE_SYNCHRONOUS`). On PostgreSQL the hot steps are each *one* statement (the same
 conditional pieces composed as data-modifying CTEs) at ``REPEATABLE READ``, retried from a fresh snapshot when they
-lose a race, so a guarded read costs two round trips and a guarded write two.
+lose a race, so a guarded read costs two round trips and a guarded write two; the steps that decide nothing a
+crash could make unsafe commit without waiting for the WAL flush (:data:`~.connection.PG_SYNCHRONOUS`).
 
 The package, by concern:
 
@@ -22,6 +23,7 @@ The package, by concern:
 - :mod:`.schema`: what a database holds, its schema version, the tables' creation in an empty one;
 - :mod:`.migrate`: ``loopguard migrate``, Alembic's migrations (``agents_loopguard/migrations``) applied to a store;
 - :mod:`.connection`: the URL, the engine, connections per thread, the loop that runs a step atomically;
+- :mod:`.pipeline`: PostgreSQL pipelines (a step with what was deferred before it, in one round trip);
 - :mod:`.statements`: the Core statements, compiled once per dialect;
 - :mod:`.sqlite`: every step as a transaction of those statements (SQLite's steps, PostgreSQL's cold ones);
 - :mod:`.postgres`: PostgreSQL's hot steps as one statement each;

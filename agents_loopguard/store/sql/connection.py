@@ -33,11 +33,15 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ...engine.errors import NotFoundError, StoreError
 from .faults import connection_lost, database_fault, folder_fault, one_line, open_fault
+from .pipeline import QUEUE as _QUEUE
+from .pipeline import Pipelined as _Pipelined
+from .pipeline import pipeline_syncs as _pipeline_syncs
 from .schema import check_schema_version, create_schema, refuse_unless_empty, survey
 
 __all__ = [
     "DEFAULT_URL",
     "ENV_URL",
+    "PG_SYNCHRONOUS",
     "SQLITE_BUSY_TIMEOUT_MS",
     "SQLITE_SYNCHRONOUS",
     "Database",
@@ -65,15 +69,19 @@ SQLITE_SYNCHRONOUS = ("WRITES", "FULL", "EXTRA", "NORMAL")
   without waiting for the disk, and a power loss may lose the last of them (never the ledger);
 * FULL / EXTRA: every commit is fsynced (counters too), at about 4x the cost of a guarded read;
 * NORMAL: no commit waits for the disk; a power loss may lose the last commits, a write's reservation included."""
+PG_SYNCHRONOUS = ("WRITES", "FULL")
+"""Accepted ``?synchronous=`` values of a PostgreSQL URL:
+
+* WRITES (the default): the same steps as on SQLite wait for the server's WAL flush; the others (turn and read
+  reservations, read results, trace rows, the task's creation) commit with ``synchronous_commit`` off for their own
+  transaction only: visible to every worker when they return, and made durable by the next step that waits (a server
+  crash may lose the last of them, never the ledger);
+* FULL: every step waits for the flush, as the server's ``synchronous_commit`` says."""
 _PG_RETRIES = 200
 """Attempts of one PostgreSQL step that keeps losing races (serialization failure, deadlock) before giving up."""
 _PG_QUEUE_SECONDS = 1.0
 """After a step on a task lost a race (or found the task's lock held), this process's steps on that task queue on
 the task's advisory lock for this long; an uncontended task is one statement per step again after it."""
-
-_QUEUE = """SELECT CASE WHEN pg_try_advisory_lock(%(k)s) THEN true
-  ELSE (SELECT false FROM pg_advisory_lock(%(k)s)) END AS free"""
-"""Take a task's advisory lock in one round trip, waiting for it when held; ``free``: it was not held."""
 
 T = TypeVar("T")
 
@@ -136,6 +144,16 @@ def _sqlite_url(url: URL) -> tuple[URL, str]:
     synchronous = str(url.query.get("synchronous", "WRITES")).upper()
     if synchronous not in SQLITE_SYNCHRONOUS:
         raise StoreError(f"synchronous={synchronous!r}: choose one of {', '.join(SQLITE_SYNCHRONOUS)} (default WRITES)")
+    return url.difference_update_query(["synchronous"]), synchronous
+
+
+def _pg_url(url: URL) -> tuple[URL, str]:
+    """The URL without ``synchronous`` (not a libpq parameter), and that mode (checked)."""
+    synchronous = str(url.query.get("synchronous", "WRITES")).upper()
+    if synchronous not in PG_SYNCHRONOUS:
+        raise StoreError(
+            f"synchronous={synchronous!r}: on PostgreSQL choose one of {', '.join(PG_SYNCHRONOUS)} (default WRITES)"
+        )
     return url.difference_update_query(["synchronous"]), synchronous
 
 
@@ -204,10 +222,12 @@ class Database:
         self.readonly = readonly
         self.create = create and not readonly
         self.synchronous: str | None = None
-        """SQLite's durability mode (:data:`SQLITE_SYNCHRONOUS`); None on PostgreSQL."""
+        """The durability mode: :data:`SQLITE_SYNCHRONOUS`, :data:`PG_SYNCHRONOUS`."""
         self.path: Path | None = None
         """The SQLite file; None on PostgreSQL."""
-        if not self.postgres:
+        if self.postgres:
+            self.url, self.synchronous = _pg_url(self.url)
+        else:
             self.url, self.synchronous = _sqlite_url(self.url)
             self.path = Path(str(self.url.database)).expanduser()
         shown = self.url.render_as_string(hide_password=True)
@@ -220,8 +240,11 @@ class Database:
             mode = "ro" if readonly else ("rwc" if self.create else "rw")
             self.engine = _sqlite_engine(self.url, echo, self.synchronous or "WRITES", mode=mode)
         self._begin = "BEGIN" if self.postgres else "BEGIN IMMEDIATE"
-        self._fsync_some = self.synchronous == "WRITES"
+        self._fsync_some = self.synchronous == "WRITES" and not self.postgres
         """SQLite WRITES mode: durable steps raise the connection to FULL for their own commit."""
+        self._relax = self.synchronous == "WRITES" and self.postgres
+        """PostgreSQL WRITES mode: the other steps commit without waiting for the WAL flush
+        (:data:`.pipeline.RELAXED`)."""
         self._dbapi_error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -297,26 +320,30 @@ class Database:
         return len(batch)
 
     def _work(
-        self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool, queue: int | None
+        self, cur: Any, work: Callable[[Any], T], *, began: bool, carry: bool, queue: int | None, relaxed: bool
     ) -> tuple[T, int]:
         """``work(cur)`` with the deferred statements: first in the step's own transaction (then how many ran, done
         once it commits), or (``carry``: a PostgreSQL single-statement write step) pipelined with the step's
         statement into one implicit transaction, one round trip; ``queue``: the task lock to take first and release
-        after, in the same pipeline (see :class:`_Pipelined`)."""
+        after, in the same pipeline (see :class:`.pipeline.Pipelined`); ``relaxed``: the pipeline's transaction
+        commits without waiting for the WAL flush."""
         if began:
             deferred = self._run_deferred(cur)
             return work(cur), deferred
-        if carry and (queue is not None or self._pending()):
+        if carry and (queue is not None or relaxed or self._pending()):
             with self._deferred_lock:
                 batch = list(self._pending())
-            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)), queue)
+            pipelined = _Pipelined(cur, functools.partial(self._deferred_done, len(batch)), queue, relaxed=relaxed)
             try:
                 for deferred_work in batch:
                     deferred_work(pipelined.side)
-                return work(pipelined), 0
-            finally:
-                if not pipelined.close() and queue is not None:
-                    self._contended[queue] = time.monotonic() + _PG_QUEUE_SECONDS  # the lock was held: keep queueing
+                result = work(pipelined)
+            except BaseException as exc:
+                pipelined.close(exc)  # ends the pipeline without hiding what the step raised (a lost race)
+                raise
+            if not pipelined.close() and queue is not None:
+                self._contended[queue] = time.monotonic() + _PG_QUEUE_SECONDS  # the lock was held: keep queueing
+            return result, 0
         return work(cur), 0
 
     def _deferred_done(self, count: int) -> None:
@@ -340,11 +367,13 @@ class Database:
         ``durable``: the step protects a write or records a decision (a write's ``unknown`` reservation, the ledger,
         the stop mark, an outcome, a pause, a transition): with SQLite's default ``synchronous=WRITES`` its commit is
         fsynced (which makes every earlier commit durable too); the other steps commit without waiting for the disk.
+        On PostgreSQL (``synchronous=WRITES``) a step that is not durable commits without waiting for the server's WAL
+        flush; the next durable step's flush makes it durable too.
         ``task``: the task the step changes (PostgreSQL: its steps queue on the task's lock after a lost race).
         """
         self._writable()
         if self.postgres:
-            return self.run(work, transaction=False, task=task)
+            return self.run(work, transaction=False, durable=durable, task=task)
         return self.run(work, transaction=True, durable=durable)
 
     def _writable(self) -> None:
@@ -368,6 +397,7 @@ class Database:
             try:
                 queue = key if key is not None and self._contended.get(key, 0.0) > time.monotonic() else None
                 carry = task is not None and not transaction
+                relaxed = carry and self._relax and not durable
                 if queue is not None and not (carry and _pipeline_syncs()):
                     locked, queue = self._queue(cur, queue), None
                 if fsync:
@@ -375,7 +405,7 @@ class Database:
                 if transaction:
                     cur.execute(self._begin)
                     began = True
-                result, deferred = self._work(cur, work, began=began, carry=carry, queue=queue)
+                result, deferred = self._work(cur, work, began=began, carry=carry, queue=queue, relaxed=relaxed)
                 if began:
                     cur.execute("COMMIT")
                     self._deferred_done(deferred)
@@ -550,82 +580,6 @@ class Database:
     def _begin_when_free(self, conn: Connection) -> None:
         """SQLite: ``BEGIN IMMEDIATE``, waiting for another process's write lock up to the busy timeout."""
         self._when_free(lambda: conn.exec_driver_sql(self._begin))
-
-
-class _Pipelined:
-    """PostgreSQL: a cursor whose first statement is sent in one pipeline with the deferred ones before it (no Sync
-    between them: one implicit transaction at REPEATABLE READ, committed at the Sync its first fetch sends, one round
-    trip). ``committed`` is called once that transaction committed. Later statements run as usual.
-
-    ``queue``: a task's advisory lock, taken by a statement of its own before them (a Sync between: the step's
-    snapshot is taken once the lock is held) and released by one after them (another Sync: after the step's commit,
-    even when the step failed), all in the same round trip: the workers that queue on a task wait on the server,
-    and hold the lock for the step's execution and commit only."""
-
-    def __init__(self, cur: Any, committed: Callable[[], None], queue: int | None = None) -> None:
-        self._cur = cur
-        self._committed = committed
-        self._key = queue
-        conn = cur.connection
-        self._context: Any = conn.pipeline()
-        self._pipeline: Any = self._context.__enter__()
-        self._lock: Any = None
-        self._unlock: Any = None
-        if queue is not None:
-            from psycopg.rows import tuple_row
-
-            self._lock = conn.cursor(row_factory=tuple_row)
-            self._lock.execute(_QUEUE, {"k": queue})
-            self._pipeline._enqueue_sync()
-        self.side = conn.cursor()
-        """The cursor the deferred statements run on (their results are not read)."""
-
-    def execute(self, sql: Any, params: Any = None) -> Any:
-        result = self._cur.execute(sql, params)
-        self._release()
-        return result
-
-    def _release(self) -> None:
-        if self._pipeline is not None and self._key is not None and self._unlock is None:
-            self._pipeline._enqueue_sync()  # the step's transaction ends here: the unlock runs after its commit
-            self._unlock = self._cur.connection.cursor()
-            self._unlock.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": self._key})
-
-    def fetchall(self) -> Any:
-        self.close()
-        return self._cur.fetchall()
-
-    def fetchone(self) -> Any:
-        self.close()
-        return self._cur.fetchone()
-
-    def close(self) -> bool:
-        """Send the Sync and read every result (raises what the step raised: then its transaction did not commit).
-        True unless the task's lock was found held by another worker."""
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is None:
-            return True
-        if self._key is not None and self._unlock is None:  # nothing was sent after the lock: release it anyway
-            self._pipeline = pipeline
-            self._release()
-            self._pipeline = None
-        self._context.__exit__(None, None, None)
-        self._committed()
-        row = self._lock.fetchone() if self._lock is not None else None
-        return row is None or bool(row[0])
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cur, name)
-
-
-@functools.cache
-def _pipeline_syncs() -> bool:
-    """Whether this psycopg can end an implicit transaction inside a pipeline without waiting (to queue in one)."""
-    try:
-        from psycopg._pipeline_base import BasePipeline
-    except ImportError:  # pragma: no cover - psycopg >= 3.2 has it
-        return False
-    return hasattr(BasePipeline, "_enqueue_sync")
 
 
 def _lock_key(task: str) -> int:

@@ -47,10 +47,10 @@ TASK_COLS = (
 OK_TASK = "t.stop_reason IS NULL AND t.status = 'running' AND t.tools < t.tool_executions"
 GRANTED = (
     "u.models AS g_models, u.tools AS g_tools, u.cost AS g_cost, u.input_tokens AS g_input_tokens, "
-    "u.output_tokens AS g_output_tokens, u.revision AS g_revision"
+    "u.output_tokens AS g_output_tokens, u.revision AS g_revision, u.stalled AS g_stalled"
 )
 """The counters after a grant (``g_``), read from the task update ``u``."""
-COUNTERS = "revision, models, tools, cost, input_tokens, output_tokens"
+COUNTERS = "revision, models, tools, cost, input_tokens, output_tokens, stalled"
 TAIL = f"t.*, {GRANTED}, rep.count AS rep_count, rep.first_at AS rep_first_at"
 TOOL_FITS = f"COALESCE((SELECT count FROM {TRN} WHERE task_id = :task_id AND tool = :limit_tool), 0) < :tool_max"
 """A reservation that names a per-tool limit: the tool ran fewer times than allowed (in the statement's snapshot)."""
@@ -230,7 +230,7 @@ class PostgresSteps(SQLiteSteps):
             raise unknown_task(params["task_id"])
         if row["g_models"] is None:
             return self.explained(turn_refusal(task_state(row)))
-        return Grant(True, None, usage(row, "g_"), int(row["g_revision"]))
+        return Grant(True, None, usage(row, "g_"), int(row["g_revision"]), stalled=int(row["g_stalled"]))
 
     def reserve_execution(self, cur: Any, params: dict[str, Any], *, poll: bool) -> Grant:
         if params["max_repeats"] < 1:
@@ -239,7 +239,7 @@ class PostgresSteps(SQLiteSteps):
         if row is None:
             raise unknown_task(params["task_id"])
         if row["g_tools"] is not None:
-            return Grant(True, None, usage(row, "g_"), int(row["g_revision"]))
+            return Grant(True, None, usage(row, "g_"), int(row["g_revision"]), stalled=int(row["g_stalled"]))
         return self.explained(self._refusal_seen(row, params, poll=poll))
 
     @staticmethod
@@ -271,7 +271,7 @@ class PostgresSteps(SQLiteSteps):
         if row["task_id"] is None:
             raise unknown_task(params["task_id"])
         if row["g_tools"] is not None and row["c_operation_id"] is not None:
-            grant = Grant(True, None, usage(row, "g_"), int(row["g_revision"]))
+            grant = Grant(True, None, usage(row, "g_"), int(row["g_revision"]), stalled=int(row["g_stalled"]))
             return WriteReservation(grant, OperationClaim(True, operation(row, "c_")))
         if row["repeated"]:  # pragma: no cover - REPEATABLE READ turns this race into a serialization failure
             raise StoreError(f"reserve_write({params['operation_id']!r}): counted a repetition without a claim")
@@ -291,6 +291,10 @@ class PostgresSteps(SQLiteSteps):
     def deferred_trace(self, cur: Any, params: dict[str, Any]) -> None:
         """A trace row sent ahead of the next step's statement, its result not read (see ``Database.defer``)."""
         execute(cur, self.q_trace, params)
+
+    def deferred_record(self, cur: Any, params: dict[str, Any], *, mode: str) -> None:
+        """A read's result sent ahead of the next step's statement, its result not read."""
+        execute(cur, self.q_record[(mode, False, False)], params)
 
     def finish(self, cur: Any, params: dict[str, Any]) -> dict[str, Any]:
         row = fetch_one(cur, self.q_finish, params)

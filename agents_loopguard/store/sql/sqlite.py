@@ -159,7 +159,7 @@ class SQLiteSteps:
                 "at": now,
             },
         )
-        return Grant(True, None, used, int(row["revision"]))
+        return Grant(True, None, used, int(row["revision"]), stalled=int(row["stalled"]))
 
     def reserve_execution(self, cur: Any, params: dict[str, Any], *, poll: bool) -> Grant:
         task_id = params["task_id"]
@@ -174,7 +174,7 @@ class SQLiteSteps:
         refused = self._count_tool(cur, params, poll=poll)
         if refused is not None:
             raise Rollback(refused)
-        return Grant(True, None, usage(row), int(row["revision"]))
+        return Grant(True, None, usage(row), int(row["revision"]), stalled=int(row["stalled"]))
 
     def reserve_write(self, cur: Any, params: dict[str, Any]) -> WriteReservation:
         task_id = params["task_id"]
@@ -198,7 +198,7 @@ class SQLiteSteps:
         refused = self._count_tool(cur, params)
         if refused is not None:
             raise Rollback(WriteReservation(refused, None))
-        grant = Grant(True, None, usage(row), int(row["revision"]))
+        grant = Grant(True, None, usage(row), int(row["revision"]), stalled=int(row["stalled"]))
         return WriteReservation(grant, OperationClaim(True, operation(claimed)))
 
     def reserve_cost(self, cur: Any, params: dict[str, Any]) -> Grant:
@@ -293,6 +293,10 @@ class SQLiteSteps:
     def deferred_trace(self, cur: Any, params: dict[str, Any]) -> None:
         """A trace row written in the next write step's transaction (see ``Database.defer``)."""
         self.append_trace(cur, params)
+
+    def deferred_record(self, cur: Any, params: dict[str, Any], *, mode: str) -> None:
+        """A read's result (trace row and progress) written in the next write step's transaction."""
+        self.record_execution(cur, params, mode=mode, seen=())
 
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
 

@@ -123,13 +123,13 @@ class Statements:
             sa.update(t)
             .where(_running, t.c.models < t.c.model_turns)
             .values(models=t.c.models + 1, trace_seq=t.c.trace_seq + 1, updated_at=p("now"))
-            .returning(*_counters, t.c.trace_seq)
+            .returning(*_counters, t.c.stalled, t.c.trace_seq)
         )
         self.execution = c(
             sa.update(t)
             .where(_running, t.c.tools < t.c.tool_executions)
             .values(tools=t.c.tools + 1, updated_at=p("now"))
-            .returning(*_counters)
+            .returning(*_counters, t.c.stalled)
         )
         repeat = ins(r).values(
             task_id=p("task_id"), fingerprint=p("fingerprint"), revision=p("revision"), count=1, first_at=p("now")

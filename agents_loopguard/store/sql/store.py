@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +33,7 @@ from ..base import (
     ensured,
     operator_text,
 )
-from ..rules import check_tokens
+from ..rules import check_tokens, progressed
 from .connection import Database
 from .postgres import PostgresSteps
 from .sqlite import SQLiteSteps
@@ -119,6 +120,11 @@ class SQLStore(Store):
         weakref.finalize(self, _flush_quietly, self._db)  # deferred trace rows are written at exit or collection
         self._known: set[str] = set()
         """Tasks this store created or found (tasks are never deleted): trace rows of theirs can be deferred."""
+        self._progress: dict[str, tuple[int, int, Usage]] = {}
+        """Task -> (revision, stalled, counters) as this store's last reservation on it read them, until a result
+        uses them: one read's result per reservation is answered from them and written with the next step (see
+        :meth:`record_execution`), so what waits for the next step stays bounded."""
+        self._progress_lock = threading.Lock()
 
     @property
     def readonly(self) -> bool:
@@ -127,7 +133,7 @@ class SQLStore(Store):
 
     @property
     def url(self) -> URL:
-        """The database's URL (for SQLite without its ``synchronous`` setting)."""
+        """The database's URL (without its ``synchronous`` setting)."""
         return self._db.url
 
     @property
@@ -137,7 +143,7 @@ class SQLStore(Store):
 
     @property
     def synchronous(self) -> str | None:
-        """SQLite's durability mode (WRITES, FULL, EXTRA or NORMAL); None on PostgreSQL."""
+        """The durability mode: SQLite's WRITES, FULL, EXTRA or NORMAL; PostgreSQL's WRITES or FULL."""
         return self._db.synchronous
 
     @property
@@ -180,13 +186,25 @@ class SQLStore(Store):
         row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
         return snapshot(row) if row is not None else None
 
+    def committed_task(self, task_id: str) -> TaskSnapshot | None:
+        row = self._db.read(lambda cur: fetch_one(cur, self._st.task, {"task_id": task_id}))
+        return snapshot(row) if row is not None else None
+
     def tasks(self) -> list[TaskSnapshot]:
         self._db.flush()
         return [snapshot(row) for row in self._db.read(lambda cur: fetch_all(cur, self._st.tasks))]
 
+    def _saw(self, task_id: str, grant: Grant | None) -> None:
+        """Keep what a granted reservation read of the task's progress."""
+        if grant is not None and grant.granted and grant.stalled is not None:
+            with self._progress_lock:
+                self._progress[task_id] = (grant.revision, grant.stalled, grant.used)
+
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:
         params = {"task_id": task_id, "now": now}
-        return self._db.step(lambda cur: self._steps.reserve_turn(cur, params), task=task_id)
+        grant = self._db.step(lambda cur: self._steps.reserve_turn(cur, params), task=task_id)
+        self._saw(task_id, grant)
+        return grant
 
     def reserve_execution(
         self,
@@ -207,7 +225,9 @@ class SQLStore(Store):
             "max_wait": max_wait if poll else None,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll), task=task_id)
+        grant = self._db.step(lambda cur: self._steps.reserve_execution(cur, params, poll=poll), task=task_id)
+        self._saw(task_id, grant)
+        return grant
 
     def reserve_write(
         self,
@@ -230,20 +250,34 @@ class SQLStore(Store):
             "now": now,
             **_tool_limit(tool_limit),
         }
-        return self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True, task=task_id)
+        reservation = self._db.step(lambda cur: self._steps.reserve_write(cur, params), durable=True, task=task_id)
+        self._saw(task_id, reservation.grant)
+        return reservation
+
+    def _counted(self, task_id: str, used: Usage) -> Usage:
+        """Keep the counters a cost or token step returned (the progress it left as it was)."""
+        with self._progress_lock:
+            known = self._progress.get(task_id)
+            if known is not None:
+                self._progress[task_id] = (known[0], known[1], used)
+        return used
 
     def reserve_cost(self, task_id: str, amount: float) -> Grant:
         params = {"task_id": task_id, "amount": amount}
-        return self._db.write(lambda cur: self._steps.reserve_cost(cur, params), task=task_id)
+        grant = self._db.write(lambda cur: self._steps.reserve_cost(cur, params), task=task_id)
+        self._counted(task_id, grant.used)
+        return grant
 
     def settle_cost(self, task_id: str, reserved: float, actual: float) -> Usage:
         params = {"task_id": task_id, "reserved": reserved, "actual": actual}
-        return self._db.step(lambda cur: self._steps.settle_cost(cur, params), task=task_id)
+        return self._counted(task_id, self._db.step(lambda cur: self._steps.settle_cost(cur, params), task=task_id))
 
     def reserve_tokens(self, task_id: str, input_tokens: int, output_tokens: int) -> Grant:
         check_tokens(input_tokens, output_tokens)
         params = {"task_id": task_id, "in": input_tokens, "out": output_tokens}
-        return self._db.step(lambda cur: self._steps.reserve_tokens(cur, params), task=task_id)
+        grant = self._db.step(lambda cur: self._steps.reserve_tokens(cur, params), task=task_id)
+        self._counted(task_id, grant.used)
+        return grant
 
     def settle_tokens(self, task_id: str, *, reserved: tuple[int, int], actual: tuple[int, int]) -> Usage:
         (reserved_in, reserved_out), (actual_in, actual_out) = check_tokens(*reserved), check_tokens(*actual)
@@ -254,7 +288,7 @@ class SQLStore(Store):
             "actual_in": actual_in,
             "actual_out": actual_out,
         }
-        return self._db.step(lambda cur: self._steps.settle_tokens(cur, params), task=task_id)
+        return self._counted(task_id, self._db.step(lambda cur: self._steps.settle_tokens(cur, params), task=task_id))
 
     # --- the operation ledger -----------------------------------------------------------------------------------------
 
@@ -321,14 +355,41 @@ class SQLStore(Store):
         operation: tuple[str, OperationState, Any] | None = None,
         seen: Sequence[str] = (),
     ) -> Progress:
+        """A read's result (no operation, no seen keys) decides nothing by itself: the first one after a reservation
+        is answered from the progress that reservation read and written with the next step, like a trace row
+        (another worker sees it one step later). A write's answer, a page's keys and any other result are a step of
+        their own."""
         mode = "none" if revision is None else ("pending" if pending else "step")
         params = trace_params(task_id, entry)
         params["revision"] = revision
+        params["keys"] = list(dict.fromkeys(seen))
+        if operation is None and not seen and task_id in self._known:
+            predicted = self._predict(task_id, revision, pending=pending)
+            if predicted is not None:
+                self._db.defer(lambda cur: self._steps.deferred_record(cur, params, mode=mode))
+                return predicted
         if operation is not None:
             op_id, op_state, op_result = operation
             params.update(op_id=op_id, op_state=str(OperationState(op_state)), op_result=dumps(op_result))
-        params["keys"] = list(dict.fromkeys(seen))
-        return self._db.step(lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen), task=task_id)
+        # a write's answer is ledger: as durable as its reservation (fsynced under SQLite's WRITES)
+        progress = self._db.step(
+            lambda cur: self._steps.record_execution(cur, params, mode=mode, seen=seen),
+            durable=operation is not None,
+            task=task_id,
+        )
+        with self._progress_lock:
+            self._progress.pop(task_id, None)
+        return progress
+
+    def _predict(self, task_id: str, revision: int | None, *, pending: bool) -> Progress | None:
+        """The progress a read's result makes from what this store's last reservation read (None when no
+        reservation since the last result: the result is then a step of its own)."""
+        with self._progress_lock:
+            known = self._progress.pop(task_id, None)
+        if known is None:
+            return None
+        now_revision, stalled = progressed(known[0], known[1], revision, pending=pending)
+        return Progress(now_revision, stalled, (), known[2])
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         """The entry is written with the next write step of this store (its own transaction would cost a commit per
