@@ -20,13 +20,11 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import openai
 from agents.agent_output import AgentOutputSchemaBase
 from agents.exceptions import UserError
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
-from agents.models._retry_runtime import provider_managed_retries_disabled, should_disable_provider_managed_retries
 from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
@@ -38,6 +36,7 @@ from ..model_errors import ModelFailure, classify_model_error
 from ..outcome import Reason
 from ..retry import NO_RETRY, RetryPolicy
 from ..run import DeadlineExceeded, GuardedRun, ModelAttempt, within_deadline
+from . import private
 from ._internal import ACTIVE_RUN, Halt
 
 if TYPE_CHECKING:
@@ -46,19 +45,16 @@ if TYPE_CHECKING:
 __all__ = ["GuardedModel", "GuardedModelProvider"]
 
 log = logging.getLogger(__name__)
-_NO_CLIENT: Any = object()
 
 
 def _provider_retries(model: Model) -> int:
-    """The retries the model's openai client would make inside one call (0 where the SDK already turned them off
-    for this attempt, or the model has no openai client)."""
-    if should_disable_provider_managed_retries():
+    """The retries the model's openai client would make inside one call, which the wrapper makes instead (0 where
+    the SDK already turned them off for this attempt, the model has no openai client, or this SDK has no switch to
+    turn them off: see :mod:`.private`)."""
+    switch = private.RETRY_SWITCH
+    if not switch.found or switch.already_off():
         return 0
-    client = getattr(model, "_client", _NO_CLIENT)  # the SDK's OpenAI models keep their client there
-    if client is _NO_CLIENT:
-        return 0
-    retries = getattr(client, "max_retries", 0) if client is not None else openai.DEFAULT_MAX_RETRIES
-    return retries if isinstance(retries, int) and retries > 0 else 0
+    return private.client_retries(model)
 
 
 def _with_timeout(model: Model, settings: ModelSettings, timeout: float | None) -> ModelSettings:
@@ -66,7 +62,7 @@ def _with_timeout(model: Model, settings: ModelSettings, timeout: float | None) 
     if timeout is None or not isinstance(model, (OpenAIResponsesModel, OpenAIChatCompletionsModel)):
         return settings
     extra = dict(settings.extra_args or {})
-    own = extra.get("timeout", getattr(getattr(model, "_client", None), "timeout", None))
+    own = extra.get("timeout", private.client_timeout(model))
     extra["timeout"] = max(0.001, min(own, timeout) if isinstance(own, (int, float)) else timeout)
     return dataclasses.replace(settings, extra_args=extra)
 
@@ -139,7 +135,7 @@ class GuardedModel(Model):
         while True:  # the client's own retries, taken over: every HTTP attempt is reserved first
             attempt, settings = self._begin(model_settings, tools, handoffs, system_instructions, input)
             try:
-                with provider_managed_retries_disabled(True):
+                with private.RETRY_SWITCH.disabled(True):
                     response = await within_deadline(
                         self._inner.get_response(
                             system_instructions,
@@ -186,7 +182,7 @@ class GuardedModel(Model):
             usage: tuple[int, int] | None = None
             started = False
             try:
-                with provider_managed_retries_disabled(True):
+                with private.RETRY_SWITCH.disabled(True):
                     events = self._inner.stream_response(
                         system_instructions,
                         input,

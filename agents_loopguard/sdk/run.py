@@ -71,6 +71,7 @@ from .claims import ClaimedState, continue_pause
 from .graph import guard_agent, guard_config, install_nested_guard
 from .hooks import GuardHooks
 from .pauses import persist_pause, waiting_detail
+from .private import agent_of_tool, state_context
 
 __all__ = ["GuardStopped", "GuardedStream", "run_guarded", "run_guarded_streamed", "run_guarded_sync"]
 
@@ -188,7 +189,7 @@ def _graph(agent: Agent[Any]) -> list[Agent[Any]]:
         if id(current) not in seen:
             seen[id(current)] = current
             todo.extend(h for h in current.handoffs if isinstance(h, Agent))
-            nested = (getattr(t, "_agent_instance", None) for t in current.tools)
+            nested = (agent_of_tool(t) for t in current.tools)
             todo.extend(a for a in nested if isinstance(a, Agent))
     return list(seen.values())
 
@@ -241,8 +242,11 @@ async def _resumable(input: Any, prepared: _Prepared) -> Any:
     the state is restored again against their guarded copies (agents match by name), keeping its context."""
     if not isinstance(input, RunState):
         return input
+    context = state_context(input)
+    if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
+        return await RunState.from_json(prepared.agent, input.to_json())
     data = input.to_json(context_serializer=lambda _context: {})
-    return await RunState.from_json(prepared.agent, data, context_override=getattr(input, "_context", None))
+    return await RunState.from_json(prepared.agent, data, context_override=context)
 
 
 def _runner_kwargs(prepared: _Prepared, context: Any, max_turns: Any, extra: dict[str, Any]) -> dict[str, Any]:
