@@ -26,7 +26,7 @@ from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
 from agents_loopguard.run import declare_tool
 from agents_loopguard.sdk import current_guard, guard_tool, guarded_tool, run_guarded, tool_spec
 from agents_loopguard.sdk import tools as tools_module
-from tests.support.sdk import committed, told
+from tests.support.sdk import committed, sdk_tool_error, told
 
 pytestmark = pytest.mark.timeout(30)
 agents.set_tracing_disabled(True)
@@ -389,8 +389,8 @@ def _failing_tools(ran: list[str]) -> dict[str, FunctionTool]:
 
 
 def _with_policy(tool: FunctionTool, policy: Any) -> FunctionTool:
-    """A copy with another failure policy, as openai-agents 0.24 spells it (``failure_error_function`` is stored in
-    private fields: its own tests copy tools this way)."""
+    """A copy with another failure policy, as openai-agents 0.22 to 0.24 spell it (``failure_error_function`` is
+    stored in private fields: its own tests copy tools this way)."""
     return dataclasses.replace(tool, _failure_error_function=policy, _use_default_failure_error_function=False)
 
 
@@ -416,7 +416,7 @@ def test_a_copy_with_another_failure_error_function_formats_errors_its_way(made_
         told[label] = _told(model)
     assert told == {
         "copy": ["sorry: backend down"],
-        "original": ["An error occurred while running the tool. Please try again."],
+        "original": [sdk_tool_error(RuntimeError("backend down"))],
     }
     assert ran == ["copy", "original"]
 
@@ -443,7 +443,7 @@ def test_a_copy_with_failure_error_function_none_re_raises_and_the_run_ends_with
     outcome = run(Agent(name="a", model=model, tools=[original]), on_refusal="continue")
     assert (outcome.status, _told(model)) == (
         Status.PARTIAL,
-        ["An error occurred while running the tool. Please try again."],
+        [sdk_tool_error(RuntimeError("backend down"))],
     )
 
 

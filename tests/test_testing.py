@@ -18,12 +18,13 @@ from pydantic import BaseModel
 from agents_loopguard import Budget, MemoryStore, OperationState, Policy, Reason, Status, Store
 from agents_loopguard.sdk import guarded_tool
 from agents_loopguard.sdk.testing import DEFAULT_BUDGET, ToolCallResult, call_tool, call_tool_sync
+from tests.support.sdk import sdk_tool_error
 
 pytestmark = pytest.mark.timeout(60)
 agents.set_tracing_disabled(True)
 
 COMMITTED = {"revision": 1, "done": False, "effect": "committed"}
-SDK_MESSAGE = "An error occurred while running the tool. Please try again."
+SDK_MESSAGE = sdk_tool_error(RuntimeError("backend down"))  # the SDK's default failure policy, for this body
 
 
 def payments(sent: list[int]) -> Any:

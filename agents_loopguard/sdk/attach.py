@@ -59,6 +59,7 @@ from .claims import ClaimedState, continue_pause
 from .graph import guard_agent, guard_config, install_nested_guard, is_copy
 from .hooks import GuardHooks
 from .pauses import persist_pause, waiting_detail
+from .private import agent_of_tool, state_context
 
 __all__ = ["GuardStopped", "LoopGuard"]
 
@@ -118,7 +119,7 @@ def _graph(agent: Agent[Any]) -> list[Agent[Any]]:
         if id(current) not in seen:
             seen[id(current)] = current
             todo.extend(h for h in current.handoffs if isinstance(h, Agent))
-            nested = (getattr(t, "_agent_instance", None) for t in current.tools)
+            nested = (agent_of_tool(t) for t in current.tools)
             todo.extend(a for a in nested if isinstance(a, Agent))
     return list(seen.values())
 
@@ -210,11 +211,13 @@ class LoopGuard:
     async def restored(self, agent: Agent[Any], state: RunState[Any]) -> RunState[Any]:
         """``state`` restored against the guarded copies of ``agent``'s graph (the SDK resumes with the state's
         agents, matched by name), keeping its context; it becomes this guard's input."""
-        data = state.to_json(context_serializer=lambda _context: {})
         copy = guard_agent(agent)
-        restored: RunState[Any] = await RunState.from_json(
-            copy, data, context_override=getattr(state, "_context", None)
-        )
+        context = state_context(state)
+        if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
+            restored: RunState[Any] = await RunState.from_json(copy, state.to_json())
+        else:
+            data = state.to_json(context_serializer=lambda _context: {})
+            restored = await RunState.from_json(copy, data, context_override=context)
         self.input = self._restored = restored
         return restored
 

@@ -18,6 +18,7 @@ from ..ops.approvals import APPROVE, REJECT, DecisionError, claim_for_resume, de
 from ..run.options import RunOptions
 from ..store.base import PauseRecord
 from ..store.defaults import default_store
+from .private import tool_decisions
 
 __all__ = ["ClaimedState", "continue_pause"]
 
@@ -32,10 +33,10 @@ class ClaimedState:
 
 def _decisions_in(state: RunState[Any], record: PauseRecord) -> dict[str, str]:
     """The approve/reject decisions the application recorded in the SDK's own state (``state.approve(item)``)."""
-    context = getattr(state, "_context", None)
+    decided = tool_decisions(state)
     decisions: dict[str, str] = {}
     for item in state.get_interruptions():
-        status = context.is_tool_approved(item.name, str(item.call_id)) if context is not None else None
+        status = decided(item.name, str(item.call_id))
         if status is None:
             raise DecisionError(
                 f"call {item.call_id!r} ({item.name}) of pause {record.pause_id!r} has no decision in the run state: "

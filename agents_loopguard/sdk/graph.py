@@ -8,8 +8,8 @@ body starts itself. Every one of them goes through the SDK's default agent runne
 delegating runner there: inside a guarded run (the contextvar :data:`~._internal.ACTIVE_RUN` is set) a nested run is
 given the guarded copy of its agent, the guarded model provider and the guard's hooks, so its model attempts and
 tool executions count against the same task, under the same stop mark and budget. Outside a guarded run it only
-delegates. (``set_default_agent_runner`` is the SDK's one interception point for nested runs; the adapter pins the
-SDK's minor version.)
+delegates. (``set_default_agent_runner`` is the SDK's one interception point for nested runs, public in every
+supported minor: openai-agents 0.22 to 0.24.)
 """
 
 from __future__ import annotations

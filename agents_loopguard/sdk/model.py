@@ -19,13 +19,11 @@ import logging
 from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
-import openai
 from agents.agent_output import AgentOutputSchemaBase
 from agents.exceptions import UserError
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
-from agents.models._retry_runtime import provider_managed_retries_disabled, should_disable_provider_managed_retries
 from agents.models.interface import Model, ModelProvider, ModelTracing
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
@@ -36,6 +34,7 @@ from ..engine.outcome import Reason
 from ..run import Answer, GuardedRun, Sleep, adrive, perform_check_async, within_deadline
 from ..run.requests import Failed, Send, model_request
 from ..run.retry import RetryPolicy
+from . import private
 from ._internal import ACTIVE_RUN, Halt
 
 if TYPE_CHECKING:
@@ -48,15 +47,13 @@ _NO_CLIENT: Any = object()
 
 
 def _provider_retries(model: Model) -> int:
-    """The retries the model's openai client would make inside one call (0 where the SDK already turned them off
-    for this attempt, or the model has no openai client)."""
-    if should_disable_provider_managed_retries():
+    """The retries the model's openai client would make inside one call, which the wrapper makes instead (0 where
+    the SDK already turned them off for this attempt, the model has no openai client, or this SDK has no switch to
+    turn them off: see :mod:`.private`)."""
+    switch = private.RETRY_SWITCH
+    if not switch.found or switch.already_off():
         return 0
-    client = getattr(model, "_client", _NO_CLIENT)  # the SDK's OpenAI models keep their client there
-    if client is _NO_CLIENT:
-        return 0
-    retries = getattr(client, "max_retries", 0) if client is not None else openai.DEFAULT_MAX_RETRIES
-    return retries if isinstance(retries, int) and retries > 0 else 0
+    return private.client_retries(model)
 
 
 def _with_timeout(model: Model, settings: ModelSettings, timeout: float | None) -> ModelSettings:
@@ -64,7 +61,7 @@ def _with_timeout(model: Model, settings: ModelSettings, timeout: float | None) 
     if timeout is None or not isinstance(model, (OpenAIResponsesModel, OpenAIChatCompletionsModel)):
         return settings
     extra = dict(settings.extra_args or {})
-    own = extra.get("timeout", getattr(getattr(model, "_client", None), "timeout", None))
+    own = extra.get("timeout", private.client_timeout(model))
     extra["timeout"] = max(0.001, min(own, timeout) if isinstance(own, (int, float)) else timeout)
     return dataclasses.replace(settings, extra_args=extra)
 
@@ -128,7 +125,7 @@ class GuardedModel(Model):
         async def perform(effect: Send | Sleep) -> Any:
             if isinstance(effect, Sleep):
                 return await perform_check_async(effect)
-            with provider_managed_retries_disabled(True):  # the client's own retries, taken over
+            with private.RETRY_SWITCH.disabled(True):  # the client's own retries, taken over
                 return await within_deadline(
                     self._inner.get_response(
                         system_instructions,
@@ -172,7 +169,7 @@ class GuardedModel(Model):
                 usage: tuple[int, int] | None = None
                 started = False
                 try:
-                    with provider_managed_retries_disabled(True):
+                    with private.RETRY_SWITCH.disabled(True):
                         events = self._inner.stream_response(
                             system_instructions,
                             input,

@@ -7,12 +7,13 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from agents import Agent, Runner
+from agents import Agent, RunContextWrapper, Runner
+from agents.tool import default_tool_error_function
 
 from agents_loopguard import Outcome
 from agents_loopguard.sdk import LoopGuard, run_guarded, run_guarded_streamed
 
-__all__ = ["committed", "done_at_two", "guarded_outcome", "told", "told_by_id"]
+__all__ = ["committed", "done_at_two", "guarded_outcome", "sdk_tool_error", "told", "told_by_id"]
 
 
 async def guarded_outcome(
@@ -37,6 +38,12 @@ async def guarded_outcome(
     async for _ in run.stream_events():
         pass
     return await run.outcome()
+
+
+def sdk_tool_error(error: Exception) -> str:
+    """What the installed SDK's default failure policy tells the model about a tool body's ``error`` (0.22 appends
+    the error's text; 0.23 and later send a fixed message)."""
+    return default_tool_error_function(RunContextWrapper(context=None), error)
 
 
 def told(items: Iterable[Any]) -> list[Any]:
