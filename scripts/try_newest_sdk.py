@@ -70,6 +70,7 @@ def prepare(venv: Path, sdk: str) -> None:
     if marker.exists() and marker.read_text() == sdk:
         return
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    venv.chmod(0o755)  # the suite runs some tests as nobody (tests/support/unprivileged.py): they need to read it
     copy = venv / "project"
     copy.mkdir()
     for name in SOURCES:
