@@ -485,7 +485,7 @@ def _cancelling_tool(adapter: str) -> Tool:
         """Check an order slowly."""
         ran.append(f"check-{order}")
         for task in asyncio.all_tasks():
-            if task.get_coro().__qualname__ in ("guarded_outcome", "_run_raw.<locals>.main"):  # type: ignore[union-attr]
+            if task.get_coro().__qualname__ in ("guarded_outcome", "_run_raw.<locals>.main", "run_adk.<locals>.main"):  # type: ignore[union-attr]
                 task.cancel()
         await asyncio.sleep(30)
         return "never"

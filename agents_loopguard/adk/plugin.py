@@ -140,7 +140,7 @@ class LoopGuardPlugin(BasePlugin):
         options = self.options
         if options.task_id is None and options.guard is None:
             options = RunOptions.merge(options, {"task_id": invocation_context.session.id})
-        run = GuardedRun.start(options)
+        run = GuardedRun.start(options, reset_forced_function=True)  # ADK has no reset of its own
         if run.guard.outcome is not None:  # the task already ended: its outcome, nothing runs
             self._record(invocation_context.invocation_id, invocation_context.session.id, run.guard.outcome)
             return types.Content(role="model", parts=[types.Part(text=_ended(run.guard.outcome))])

@@ -34,8 +34,10 @@ JSON = dict[str, Any]
 class Reply:
     """One answer: function calls ``(name, args)`` and/or text; usage reported as 10 in, 5 out."""
 
-    calls: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    calls: tuple[tuple[str, Any], ...] = ()
     text: str | None = None
+    call_ids: tuple[str, ...] = ()
+    """The calls' ids (ADK makes its own when the model gives none)."""
     input_tokens: int = 10
     output_tokens: int = 5
 
@@ -107,7 +109,11 @@ def _answer(reply: Reply) -> JSON:
     parts: list[JSON] = []
     if reply.text is not None:
         parts.append({"text": reply.text})
-    parts.extend({"functionCall": {"name": name, "args": dict(args)}} for name, args in reply.calls)
+    for index, (name, args) in enumerate(reply.calls):
+        call: JSON = {"name": name, "args": args}
+        if index < len(reply.call_ids):
+            call["id"] = reply.call_ids[index]
+        parts.append({"functionCall": call})
     usage = {
         "promptTokenCount": reply.input_tokens,
         "candidatesTokenCount": reply.output_tokens,
