@@ -125,6 +125,17 @@ class LoopGuardPlugin(BasePlugin):
             return next(reversed(self._by_invocation.values()), None)
         return self._outcomes.get(session_id)
 
+    def unwrapped(self, error: BaseException) -> BaseException:
+        """The exception this plugin raised, out of the ``RuntimeError`` ADK's plugin manager wraps it in."""
+        cause = error.__cause__
+        if (
+            isinstance(error, RuntimeError)
+            and cause is not None
+            and str(error).startswith(f"Error in plugin '{self.name}'")
+        ):
+            return cause
+        return error
+
     def raised(self, session_id: str) -> BaseException | None:
         """The programming error that ended the last invocation of ``session_id`` (``stopped/fatal``)."""
         return self._raised.get(session_id)
@@ -161,6 +172,7 @@ class LoopGuardPlugin(BasePlugin):
         state = self._invocations.pop(invocation_context.invocation_id, None)
         if state is None:
             return
+        error = self.unwrapped(error)
         stopped_by = "max_turns" if isinstance(error, LlmCallsLimitExceededError) else None
         ending = self._ending(state, error=error, stopped_by=stopped_by)
         try:

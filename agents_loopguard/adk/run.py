@@ -61,14 +61,15 @@ async def run_guarded(
     content = (
         message if isinstance(message, types.Content) else types.Content(role="user", parts=[types.Part(text=message)])
     )
+    before = plugin.outcome(session.id)
     try:
         async for _event in runner.run_async(
             user_id=user_id, session_id=session.id, new_message=content, run_config=run_config
         ):
             pass
-    except Exception:
-        if plugin.raised(session.id) or plugin.outcome(session.id) is None:
-            raise
+    except Exception as exc:
+        if plugin.raised(session.id) is not None or plugin.outcome(session.id) is before:
+            raise plugin.unwrapped(exc) from None  # the plugin's own (a refused start, GuardStopped) as raised
     except BaseException as exc:  # a cancellation or an interrupt: ADK runs no callback
         plugin.cancelled(session.id, f"{type(exc).__name__} during the run")
         raise

@@ -77,8 +77,17 @@ def _step(turn: int, step: Step) -> Any:
     return _reply(turn, step)
 
 
+def _told(response: Any) -> str:
+    """What the model read, as the other adapters' text: ADK wraps a tool's value as ``{"result": ...}`` and the
+    plugin's refusals are ``{"error": ...}``."""
+    if isinstance(response, dict) and len(response) == 1 and set(response) <= {"result", "error"}:
+        value = next(iter(response.values()))
+        return value if isinstance(value, str) else json.dumps(value)
+    return json.dumps(response)
+
+
 def _outputs(request: Recorded) -> dict[str, str]:
-    return {str(r.get("id")): json.dumps(r.get("response")) for r in request.function_responses}
+    return {str(r.get("id")): _told(r.get("response")) for r in request.function_responses}
 
 
 def for_adk(tool: Tool) -> Any:
