@@ -89,7 +89,9 @@ class LoopGuardPlugin(BasePlugin):
 
     ``options`` (or the :class:`~agents_loopguard.RunOptions` fields as keywords): the task's budget, store,
     policy, refusal mode... Without ``task_id`` the task is the ADK session's id. ``tools``: guard declarations
-    by tool name for tools that are not :func:`~agents_loopguard.adk.guarded_tool`'s. Put it first in
+    by tool name for tools that are not :func:`~agents_loopguard.adk.guarded_tool`'s. ``reset_forced_function``:
+    a function the request forces (``ANY`` with one allowed name) that already ran is sent as ``AUTO`` (ADK has no
+    reset of its own; on by default). Put it first in
     ``plugins=[...]``: a plugin before it that answers a model call keeps that call from being counted.
 
     >>> from agents_loopguard import Budget, MemoryStore
@@ -104,9 +106,11 @@ class LoopGuardPlugin(BasePlugin):
         *,
         tools: Mapping[str, ToolSpec] | None = None,
         name: str = "loopguard",
+        reset_forced_function: bool = True,
         **fields: Unpack[RunFields],
     ) -> None:
         super().__init__(name=name)
+        self.reset_forced_function = reset_forced_function
         self.options = RunOptions.merge(options, fields)
         self.tools = dict(tools or {})
         self._invocations: dict[str, _Invocation] = {}
@@ -151,7 +155,7 @@ class LoopGuardPlugin(BasePlugin):
         options = self.options
         if options.task_id is None and options.guard is None:
             options = RunOptions.merge(options, {"task_id": invocation_context.session.id})
-        run = GuardedRun.start(options, reset_forced_function=True)  # ADK has no reset of its own
+        run = GuardedRun.start(options, reset_forced_function=self.reset_forced_function)
         if run.guard.outcome is not None:  # the task already ended: its outcome, nothing runs
             self._record(invocation_context.invocation_id, invocation_context.session.id, run.guard.outcome)
             return types.Content(role="model", parts=[types.Part(text=_ended(run.guard.outcome))])

@@ -31,6 +31,7 @@ async def run_guarded(
     session_service: BaseSessionService | None = None,
     run_config: RunConfig | None = None,
     tools: Mapping[str, ToolSpec] | None = None,
+    reset_forced_function: bool = True,
     options: RunOptions | None = None,
     **fields: Unpack[RunFields],
 ) -> Outcome:
@@ -50,7 +51,7 @@ async def run_guarded(
     >>> outcome.status, outcome.used.models
     (<Status.PARTIAL: 'partial'>, 1)
     """
-    plugin = LoopGuardPlugin(options, tools=tools, **fields)
+    plugin = LoopGuardPlugin(options, tools=tools, reset_forced_function=reset_forced_function, **fields)
     service = session_service if session_service is not None else InMemorySessionService()
     runner = Runner(app=App(name=app_name, root_agent=agent, plugins=[plugin]), session_service=service)
     session = None

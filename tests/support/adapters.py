@@ -188,7 +188,7 @@ def run_scenario(
     if adapter == "adk":
         from tests.support.adk import run_adk  # the Google ADK adapter's block (tests/support/adk.py)
 
-        return run_adk(steps, tools, tool_choice=tool_choice, max_output_tokens=max_output_tokens, options=options)
+        return run_adk(steps, tools, tool_choice, max_output_tokens, reset_forced_function, options)
     raise ValueError(f"unknown adapter {adapter!r}")
 
 

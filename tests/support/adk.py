@@ -4,7 +4,13 @@ against :class:`~tests.support.scripted_gemini.ScriptedGeminiServer`.
 
 Translation of the neutral scenario: a forced function is ``mode=ANY`` with that one allowed name, ``"required"``
 is ``ANY``, ``"auto"`` is ``AUTO``; the recorded choice of each request reads its mode back the same way. ADK has
-no ``reset_tool_choice``: a forced mode stays as the application set it while work remains.
+no ``reset_tool_choice``: the plugin's ``reset_forced_function`` (on by default) sends a forced function that ran
+as ``AUTO``, as the raw loop does.
+
+By design the Gemini wire carries a call's arguments as a JSON object (``functionCall.args``): text that is not
+one never reaches ADK; ``google-genai`` refuses the whole response (a pydantic ``ValidationError``), which ends the
+task ``stopped/fatal`` and is raised (pinned in tests/test_run_rules.py where the other adapters answer
+``invalid_call``).
 """
 
 from __future__ import annotations
@@ -95,7 +101,12 @@ def for_adk(tool: Tool) -> Any:
 
 
 def run_adk(
-    steps: Sequence[Step], tools: Sequence[Tool], *, tool_choice: Any, max_output_tokens: int | None, options: Any
+    steps: Sequence[Step],
+    tools: Sequence[Tool],
+    tool_choice: Any,
+    max_output_tokens: int | None,
+    reset_forced_function: bool,
+    options: Any,
 ) -> Ran:
     with ScriptedGeminiServer([_step(turn, step) for turn, step in enumerate(steps, start=1)]) as server:
         agent = LlmAgent(
@@ -106,8 +117,15 @@ def run_adk(
         )
 
         async def main() -> Outcome:
-            return await run_guarded(agent, "go", **options)
+            return await run_guarded(agent, "go", reset_forced_function=reset_forced_function, **options)
 
         outcome = asyncio.run(main())
         requests = list(server.requests)
     return Ran(outcome, [choice_of(r.body) for r in requests], [_outputs(r) for r in requests])
+
+
+def wire_cannot_carry(adapter: str, arguments: Any) -> bool:
+    """True for the ADK column and call arguments that are text but not a JSON object (see the module's note)."""
+    if adapter != "adk" or not isinstance(arguments, str):
+        return False
+    return not isinstance(_args(arguments), dict)
