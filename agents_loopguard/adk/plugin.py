@@ -176,9 +176,9 @@ class LoopGuardPlugin(BasePlugin):
         state = self._invocations.pop(invocation_context.invocation_id, None)
         if state is None:
             return
-        error = self.unwrapped(error)
-        stopped_by = "max_turns" if isinstance(error, LlmCallsLimitExceededError) else None
-        ending = self._ending(state, error=error, stopped_by=stopped_by)
+        cause = self.unwrapped(error)
+        stopped_by = "max_turns" if isinstance(cause, LlmCallsLimitExceededError) else None
+        ending = self._ending(state, error=cause, stopped_by=stopped_by)
         try:
             outcome: Outcome | None = await adrive(conclude(state.run, ending), perform_check_async)
         except Exception as raised:  # a programming error: the task ended stopped/fatal; ADK re-raises it
