@@ -61,7 +61,7 @@ from ..run import (
     perform_check_async,
 )
 from ..run.requests import Failed, Send, model_request
-from . import wire
+from . import claims, wire
 from .tools import tool_spec
 
 __all__ = ["LoopGuardPlugin"]
@@ -155,6 +155,9 @@ class LoopGuardPlugin(BasePlugin):
         options = self.options
         if options.task_id is None and options.guard is None:
             options = RunOptions.merge(options, {"task_id": invocation_context.session.id})
+        answers = claims.answered_confirmations(invocation_context.session.events)
+        if answers:  # a human answered ADK's tool confirmation: the stored pause continues, once
+            options = claims.continue_pause(answers, options)
         run = GuardedRun.start(options, reset_forced_function=self.reset_forced_function)
         if run.guard.outcome is not None:  # the task already ended: its outcome, nothing runs
             self._record(invocation_context.invocation_id, invocation_context.session.id, run.guard.outcome)
