@@ -24,7 +24,7 @@ from agents_loopguard import Budget, MemoryStore, Reason, Status
 from agents_loopguard.adk import LoopGuardPlugin, guarded_tool, run_guarded
 from agents_loopguard.adk.testing import ScriptedLlm, calls, text
 from tests.support.adk import GEMINI
-from tests.support.scripted_gemini import ScriptedGeminiServer
+from tests.support.scripted_gemini import ScriptedGeminiServer, error
 from tests.support.scripted_gemini import calls as gemini_calls
 from tests.support.scripted_gemini import text as gemini_text
 
@@ -129,8 +129,8 @@ async def test_an_answer_from_a_before_model_callback_is_counted() -> None:
 @sync
 async def test_max_llm_calls_ends_with_max_turns_and_the_budget_spans_invocations() -> None:
     """ADK's ``RunConfig.max_llm_calls`` lives per invocation; hit, it ends the task ``stopped/max_turns`` (not a
-    programming error), and the counters are the task's. Known over-count, pinned: the plugin reserves the call
-    before ADK's own counter refuses it, so the refused fourth call counts once though it was never sent."""
+    programming error), and the counters are the task's: the fourth call, which ADK refuses, is never reserved, so
+    the task counts exactly the calls the model received."""
     model = ScriptedLlm([calls(("lookup", {"order": i})) for i in range(1, 10)])
     agent = LlmAgent(name="clerk", model=model, tools=[guarded_tool(lookup, verify=counting)])
     outcome = await run_guarded(
@@ -141,7 +141,7 @@ async def test_max_llm_calls_ends_with_max_turns_and_the_budget_spans_invocation
         store=MemoryStore(),
     )
     assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.MAX_TURNS)
-    assert (outcome.used.models, len(model.requests)) == (4, 3) and ran == [1, 2, 3]
+    assert (outcome.used.models, len(model.requests)) == (3, 3) and ran == [1, 2, 3]
 
 
 @sync
@@ -168,3 +168,28 @@ def test_the_loop_agent_example_runs_as_documented() -> None:
     )
     assert "outcome: stopped/same_call" in done.stdout
     assert "model calls: 4 (the model was asked 4 times)" in done.stdout and "searches executed: 3" in done.stdout
+
+
+def test_a_model_that_retries_inside_one_call_is_refused_before_anything_runs() -> None:
+    """R1, R2: ``Gemini(retry_options=...)`` retries inside one ADK call, where no callback sees the attempts: the
+    run is refused at its start (nothing sent), rather than let requests leave unreserved."""
+    with ScriptedGeminiServer([gemini_text("never")]) as server:
+        retrying = Gemini(
+            model=GEMINI, base_url=server.base_url, retry_options=types.HttpRetryOptions(attempts=3, initial_delay=0)
+        )
+        agent = LlmAgent(name="clerk", model=retrying)
+        with pytest.raises(ValueError, match="retries inside one call"):
+            asyncio.run(run_guarded(agent, "go", budget=Budget(3, 3), store=MemoryStore()))
+        assert server.requests == []
+
+
+def test_every_request_is_counted_as_the_server_saw_it() -> None:
+    """Issue 19, over real HTTP: a failing request counts once, as the server saw it (no hidden client retry),
+    and ends the run with its verdict; the outcome's model count is the server's request count."""
+    with ScriptedGeminiServer([gemini_calls(("lookup", {"order": 1})), error(503)]) as server:
+        agent = LlmAgent(
+            name="clerk", model=Gemini(model=GEMINI, base_url=server.base_url), tools=[guarded_tool(lookup)]
+        )
+        outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(5, 5), store=MemoryStore()))
+        assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.MODEL_ERROR)
+        assert outcome.used.models == len(server.requests) == 2 and ran == [1]

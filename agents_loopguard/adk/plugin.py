@@ -18,8 +18,9 @@ Translation only, on the guarded run (:mod:`agents_loopguard.run`), one run per 
 Why callbacks and not the generator's driver: ADK calls the model itself, between ``before_model_callback`` and
 ``after_model_callback``, so the request generator is advanced from the callbacks: ``next()`` in the first (the
 attempt is reserved, its ``Send`` says the ``tool_choice``), ``send(Answer(...))`` in the second. Every rule stays
-in the guarded run; ADK's own client retries (``Gemini(retry_options=...)``) would happen inside one call and are
-refused at the start (see :func:`~agents_loopguard.adk.wire.client_retries`).
+in the guarded run. ADK's client retries (``Gemini(retry_options=...)``) would happen inside one call, unseen:
+such a model is refused at the start (:func:`~agents_loopguard.adk.wire.client_retries`); so the guard sends no
+retry of its own either (a failed call ends the run with its verdict).
 """
 
 from __future__ import annotations
@@ -163,8 +164,15 @@ class LoopGuardPlugin(BasePlugin):
             self._record(invocation_context.invocation_id, invocation_context.session.id, run.guard.outcome)
             return types.Content(role="model", parts=[types.Part(text=_ended(run.guard.outcome))])
         root = invocation_context.agent
-        for agent_name, model, max_tokens in wire.request_shapes(root) if isinstance(root, BaseAgent) else ():
-            run.check_enforceable(model, max_tokens, where=f"agent {agent_name!r}")
+        if isinstance(root, BaseAgent):
+            for agent_name, model, max_tokens in wire.request_shapes(root):
+                run.check_enforceable(model, max_tokens, where=f"agent {agent_name!r}")
+            for agent_name in wire.client_retries(root):
+                raise ValueError(
+                    f"agent {agent_name!r}: its model retries inside one call (retry_options), unseen by the "
+                    "guard, so those requests could not be reserved: pass retry_options=None (every request the "
+                    "guard sees is counted; a failed one ends the run with its verdict)"
+                )
         self._invocations[invocation_context.invocation_id] = _Invocation(run, invocation_context.session.id)
         return None
 
@@ -241,6 +249,9 @@ class LoopGuardPlugin(BasePlugin):
         state = self._state(callback_context)
         if state is None:
             return None
+        limit = wire.refuses_next_call(callback_context.get_invocation_context())
+        if limit is not None:  # ADK's max_llm_calls refuses this call: it is never reserved, never sent
+            raise LlmCallsLimitExceededError(limit)
         offers_tools = bool(llm_request.tools_dict)
         steps = model_request(
             state.run,

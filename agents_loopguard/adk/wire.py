@@ -29,10 +29,12 @@ from ..run import ToolSpec
 
 __all__ = [
     "answer_text",
+    "client_retries",
     "has_function_calls",
     "misfit",
     "pending_call",
     "refusal",
+    "refuses_next_call",
     "request_shapes",
     "requested_choice",
     "usage_of",
@@ -116,6 +118,30 @@ def answer_text(response: LlmResponse) -> str | None:
 def refusal(text: str) -> LlmResponse:
     """The answer a request the guard refused gets instead of a model's (it is never sent)."""
     return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]), turn_complete=True)
+
+
+def refuses_next_call(context: Any) -> str | None:
+    """ADK's own ``RunConfig.max_llm_calls`` refusal of the next call of this invocation, before it is reserved
+    (ADK counts a call only after the callbacks ran: without this the refused call would be reserved, never sent).
+    Reads ADK's per-invocation counter; ``None`` when the call may go (or the counter cannot be read)."""
+    config = getattr(context, "run_config", None)
+    limit = getattr(config, "max_llm_calls", 0) or 0
+    manager = getattr(context, "_invocation_cost_manager", None)
+    made = getattr(manager, "_number_of_llm_calls", None)
+    if limit <= 0 or not isinstance(made, int) or made + 1 <= limit:
+        return None
+    return f"Max number of llm calls limit of `{limit}` exceeded"
+
+
+def client_retries(agent: BaseAgent) -> Iterator[str]:
+    """The LLM agents under ``agent`` whose model retries inside one call (``Gemini(retry_options=...)`` with
+    more than one attempt): those attempts would leave unseen by the callbacks, so unreserved."""
+    model = getattr(agent, "model", None)
+    options = getattr(model, "retry_options", None) if isinstance(model, BaseLlm) else None
+    if options is not None and (options.attempts is None or options.attempts > 1):
+        yield agent.name
+    for sub_agent in agent.sub_agents:
+        yield from client_retries(sub_agent)
 
 
 def request_shapes(agent: BaseAgent) -> Iterator[tuple[str, str | None, int | None]]:
