@@ -118,6 +118,7 @@ class LoopGuardPlugin(BasePlugin):
         self._outcomes: dict[str, Outcome] = {}
         self._by_invocation: dict[str, Outcome] = {}
         self._raised: dict[str, BaseException] = {}
+        self._misfits: dict[int, tuple[BaseTool, Any]] = {}
 
     # --- what the application reads -------------------------------------------------------------------------
 
@@ -322,7 +323,7 @@ class LoopGuardPlugin(BasePlugin):
         waits = await self._confirmation(state, tool, spec, tool_args, tool_context)
         if waits:
             return None  # ADK's confirmation gate answers it: nothing is reserved
-        call = run.propose(spec, tool.name, tool_args, tool_context.function_call_id, check=wire.misfit(tool))
+        call = run.propose(spec, tool.name, tool_args, tool_context.function_call_id, check=self._misfit(tool))
         if isinstance(call, Executed):
             return self._answer(tool_context, call)
         steps = run.execute(spec, call)
@@ -331,6 +332,13 @@ class LoopGuardPlugin(BasePlugin):
             return self._answer(tool_context, effect)
         state.calls[_call_key(tool_context)] = (spec, steps)
         return None  # authorized and reserved: ADK runs the tool once
+
+    def _misfit(self, tool: BaseTool) -> Any:
+        """The argument check of ``tool``'s function, read once per tool (the tool is kept with it)."""
+        known = self._misfits.get(id(tool))
+        if known is None or known[0] is not tool:
+            known = self._misfits[id(tool)] = (tool, wire.misfit(tool))
+        return known[1]
 
     async def after_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: dict[str, Any]
