@@ -193,3 +193,62 @@ def test_every_request_is_counted_as_the_server_saw_it() -> None:
         outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(5, 5), store=MemoryStore()))
         assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.MODEL_ERROR)
         assert outcome.used.models == len(server.requests) == 2 and ran == [1]
+
+
+def test_a_write_whose_answer_was_lost_is_never_sent_again(tmp_path: Path) -> None:
+    """R10 over HTTP, on a SQLite file: the write's answer is lost (its body raises after the receiver applied it):
+    ``needs_reconciliation``; running the task again refuses it before the body runs (``unknown_commit``)."""
+    from agents_loopguard.store import SQLStore
+
+    applied: list[int] = []
+
+    def confirm(order: int) -> str:
+        """Confirm an order."""
+        applied.append(order)
+        raise ConnectionResetError("the receiver's answer was lost")
+
+    tool = guarded_tool(
+        confirm,
+        kind="write",
+        operation_id=lambda a: f"confirm-{a['order']}",
+        verify=lambda a, out: {"revision": 1, "done": True, "effect": "unknown"},
+    )
+    store = SQLStore(f"sqlite:///{tmp_path / 'loopguard.db'}")
+    try:
+        outcomes = []
+        for attempt in range(2):
+            with ScriptedGeminiServer([gemini_calls(("confirm", {"order": 42})), gemini_text("x")]) as server:
+                agent = LlmAgent(name="clerk", model=Gemini(model=GEMINI, base_url=server.base_url), tools=[tool])
+                outcomes.append(
+                    asyncio.run(run_guarded(agent, "go", budget=Budget(5, 5), store=store, task_id=f"w-{attempt}"))
+                )
+        first, second = outcomes
+        assert first.status is Status.NEEDS_RECONCILIATION and first.operation_id == "confirm-42"
+        assert (second.status, second.reason, second.used.tools) == (
+            Status.NEEDS_RECONCILIATION,
+            Reason.UNKNOWN_COMMIT,
+            0,
+        )
+        assert applied == [42]
+    finally:
+        store.close()
+
+
+def test_the_stop_mark_is_honoured_before_the_next_call() -> None:
+    """R3 over HTTP: a stop requested while a tool runs (an operator, another process) is seen before the next
+    model call: nothing more is sent, ``stopped/stop_requested``."""
+    store = MemoryStore()
+
+    def check(order: int) -> str:
+        """Check an order."""
+        ran.append(order)
+        store.request_stop("t-stop", "operator")
+        return "checked"
+
+    with ScriptedGeminiServer([gemini_calls(("check", {"order": 1})), gemini_text("never")]) as server:
+        agent = LlmAgent(
+            name="clerk", model=Gemini(model=GEMINI, base_url=server.base_url), tools=[guarded_tool(check)]
+        )
+        outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(5, 5), store=store, task_id="t-stop"))
+        assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.STOP_REQUESTED)
+        assert len(server.requests) == outcome.used.models == 1 and ran == [1]
