@@ -252,3 +252,22 @@ def test_the_stop_mark_is_honoured_before_the_next_call() -> None:
         outcome = asyncio.run(run_guarded(agent, "go", budget=Budget(5, 5), store=store, task_id="t-stop"))
         assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.STOP_REQUESTED)
         assert len(server.requests) == outcome.used.models == 1 and ran == [1]
+
+
+@sync
+async def test_per_agent_callbacks_guard_the_same_rules_as_the_plugin() -> None:
+    """For those who prefer ``LlmAgent(before_model_callback=...)``: ``agent_callbacks(plugin)`` forwards to the
+    same rules; the identical-call loop is cut at its third proposal, the outcome read from the plugin."""
+    from agents_loopguard.adk import agent_callbacks
+
+    guard = LoopGuardPlugin(budget=Budget(model_turns=10, tool_executions=10), store=MemoryStore())
+    model = ScriptedLlm([calls(("lookup", {"order": 3})) for _ in range(8)])
+    agent = LlmAgent(name="clerk", model=model, tools=[guarded_tool(lookup)], **agent_callbacks(guard))
+    runner = Runner(app=App(name="shop", root_agent=agent), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="shop", user_id="u")
+    content = types.Content(role="user", parts=[types.Part(text="go")])
+    async for _event in runner.run_async(user_id="u", session_id=session.id, new_message=content):
+        pass
+    outcome = guard.outcome(session.id)
+    assert outcome is not None and (outcome.status, outcome.reason) == (Status.STOPPED, Reason.SAME_CALL)
+    assert ran == [3, 3] and outcome.used.tools == 2 and len(model.requests) == outcome.used.models == 3

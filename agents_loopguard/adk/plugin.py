@@ -199,6 +199,18 @@ class LoopGuardPlugin(BasePlugin):
         if outcome is not None:
             self._record(invocation_context.invocation_id, state.session_id, outcome)
 
+    async def failed(self, session_id: str, error: Exception) -> Outcome | None:
+        """End the task of the running invocation of ``session_id`` with the exception that left the run (for
+        per-agent callbacks, which ADK tells of no such exception); a programming error is re-raised after the task
+        ended ``stopped/fatal``."""
+        found = [key for key, state in self._invocations.items() if state.session_id == session_id]
+        if not found:
+            return None
+        state = self._invocations.pop(found[-1])
+        outcome = await adrive(conclude(state.run, self._ending(state, error=error)), perform_check_async)
+        self._record(found[-1], session_id, outcome)
+        return outcome
+
     def cancelled(self, session_id: str, detail: str) -> Outcome | None:
         """End the task of a cancelled invocation of ``session_id`` (``stopped/cancelled``, the calls in flight
         recorded): for the code that cancelled the task running ``Runner.run_async`` (ADK runs no callback then)."""
