@@ -1,4 +1,4 @@
-"""Drop-in without false stops (issue 11.5), in both adapters, on SQLite and PostgreSQL.
+"""Drop-in without false stops (issue 11.5), in every adapter, on SQLite and PostgreSQL.
 
 A correct application is not stopped: six different reads then an answer, a 50-page pagination whose pages the
 application verifies, 20 polls within the wait policy, a 30-step productive run. A loop still is: an identical call
@@ -7,7 +7,8 @@ application verifies). An unverified final answer stays ``partial/unverified_fin
 warning (R11).
 
 Each scenario is one list of tool calls, run through the Agents SDK adapter (``ScriptedModel``) and through the raw
-Chat Completions loop (the real ``openai`` client over HTTP against the scripted server), with the same tool bodies.
+Chat Completions loop (the real ``openai`` client over HTTP against the scripted server) and through the Google ADK
+plugin (ADK's ``Gemini`` over HTTP against the scripted Gemini endpoint), with the same tool bodies.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool
 
 pytestmark = pytest.mark.timeout(120)
 
-ADAPTERS = ("sdk", "raw")
+ADAPTERS = ("sdk", "raw", "adk")
 BUDGET = Budget(model_turns=200, tool_executions=200)
 
 Verify = Callable[[Mapping[str, Any], Any], Any]
@@ -66,6 +67,17 @@ class Tool:
             return function_tool(recorded)
         return guarded_tool(kind=self.kind, verify=self.verify)(recorded)  # type: ignore[arg-type]
 
+    def for_adk(self) -> Any:
+        from agents_loopguard.adk import guarded_tool as adk_tool
+
+        @functools.wraps(self.body)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            return self(*args, **kwargs)
+
+        if self.verify is None and self.kind == "read":  # undeclared: ADK wraps the plain function itself
+            return recorded
+        return adk_tool(recorded, kind=self.kind, verify=self.verify)  # type: ignore[arg-type]
+
     def for_raw(self) -> GuardedTool:
         params = inspect.signature(self.body).parameters
         properties = {name: {"type": JSON_TYPES[str(p.annotation)]} for name, p in params.items()}
@@ -82,6 +94,8 @@ def run(
         model = ScriptedModel([*turns, [assistant_message("done")]])
         agent = Agent(name="app", model=model, tools=[t.for_sdk() for t in tools])
         return asyncio.run(run_guarded(agent, "go", budget=BUDGET, store=store, max_turns=500, **options))
+    if adapter == "adk":  # Google ADK's Gemini over HTTP against the scripted Gemini endpoint
+        return asyncio.run(_run_adk(tools, calls, store, **options))
     script = [tool_call(name, args) for name, args in calls] + [final_text("done")]
     with ScriptedOpenAIServer(script) as server, openai.OpenAI(base_url=server.base_url, api_key="t") as client:
         return run_chat_completions(
@@ -93,6 +107,21 @@ def run(
             store=store,
             **options,
         )
+
+
+async def _run_adk(tools: list[Tool], calls: list[tuple[str, dict[str, Any]]], store: Store, **options: Any) -> Outcome:
+    from google.adk.agents import LlmAgent
+    from google.adk.models.google_llm import Gemini
+
+    from agents_loopguard.adk import run_guarded as adk_run_guarded
+    from tests.support.adk import GEMINI
+    from tests.support.scripted_gemini import Reply, ScriptedGeminiServer
+
+    script = [Reply(calls=((name, args),), call_ids=(f"c{i}",)) for i, (name, args) in enumerate(calls)]
+    with ScriptedGeminiServer([*script, Reply(text="done")]) as server:
+        model = Gemini(model=GEMINI, base_url=server.base_url)
+        agent = LlmAgent(name="app", model=model, tools=[t.for_adk() for t in tools])
+        return await adk_run_guarded(agent, "go", budget=BUDGET, store=store, **options)
 
 
 @pytest.fixture(params=ADAPTERS)

@@ -21,13 +21,16 @@ from agents_loopguard.run.options import RunFields, RunOptions
 
 PACKAGE = Path(agents_loopguard.__file__).parent
 FRAMEWORKS = ("agents", "openai", "langchain", "langgraph", "google", "dbos", "temporalio", "restate")
-ADAPTERS = ("sdk", "function_calling")
+ADAPTERS = ("sdk", "function_calling", "adk")
 ENTRY_POINTS = {
     "sdk/run.py": ("run_guarded", "run_guarded_streamed"),
     "sdk/resume.py": ("resume_guarded",),
     "sdk/tools.py": ("guarded_tool", "guard_tool"),
     "sdk/attach.py": ("LoopGuard.__init__",),
     "sdk/testing.py": ("call_tool", "call_tool_sync"),
+    "adk/run.py": ("run_guarded",),
+    "adk/plugin.py": ("LoopGuardPlugin.__init__",),
+    "adk/tools.py": ("guarded_tool",),
     "function_calling/entry.py": ("run_chat_completions", "arun_chat_completions", "run_responses", "arun_responses"),
 }
 

@@ -19,6 +19,7 @@ from agents_loopguard.engine.outcome import NextAction
 from agents_loopguard.run import GuardStopped
 from agents_loopguard.run.guarded import forces_tool
 from tests.support.adapters import ADAPTERS, Calls, Fail, Obey, Say, Tool, run_scenario, tool_value
+from tests.support.adk import wire_cannot_carry
 from tests.support.sdk import done_at_two
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("adapter", ADAPTERS)]
@@ -157,6 +158,11 @@ INVALID = [
 def test_invalid_call_arguments_are_refused_before_any_execution(adapter: str, arguments: str) -> None:
     """R1, R4, R11: arguments that are not JSON, not a JSON object, or not what the tool takes end the run as
     ``stopped/invalid_call``; the body never runs, nothing is counted, the refusal is traced."""
+    if wire_cannot_carry(adapter, arguments):  # by design (tests/support/adk.py): the response is unreadable
+        with pytest.raises(Exception, match="valid dictionary"):
+            run_scenario(adapter, [Calls(("check_order", arguments)), Say("x")], [CHECK], budget=BUDGET)
+        assert ran == []
+        return
     store = MemoryStore()
     got = run_scenario(
         adapter, [Calls(("check_order", arguments)), Say("x")], [CHECK], budget=BUDGET, store=store, task_id="t"
@@ -170,6 +176,11 @@ def test_invalid_call_arguments_are_refused_before_any_execution(adapter: str, a
 def test_invalid_call_in_continue_mode_tells_the_model_and_goes_on(adapter: str, arguments: str) -> None:
     """R1, R12: ``on_refusal="continue"``: the model reads the invalid_call refusal and its next, valid call runs."""
     steps = [Calls(("check_order", arguments)), Calls(("check_order", {"order": 2})), Say("done")]
+    if wire_cannot_carry(adapter, arguments):  # by design (tests/support/adk.py): the response is unreadable
+        with pytest.raises(Exception, match="valid dictionary"):
+            run_scenario(adapter, steps, [CHECK], budget=BUDGET)
+        assert ran == []
+        return
     got = run_scenario(adapter, steps, [CHECK], budget=BUDGET, on_refusal="continue")
     assert (got.outcome.status, got.outcome.used.tools, ran) == (Status.COMPLETED, 1, ["check-2"])
     assert "invalid_call" in got.outputs[1]["call_1_0"]
@@ -189,6 +200,11 @@ def test_after_validated_done_a_further_proposal_leaves_the_task_completed(
     ``completed/validated_done`` with the verified value."""
     done, further = ("finish", {"summary": "s"}), ("check_order", arguments)
     steps = [Calls(done, further), Say("answer")] if same_turn else [Calls(done), Calls(further), Say("answer")]
+    if wire_cannot_carry(adapter, arguments):  # by design (tests/support/adk.py): the response is unreadable
+        with pytest.raises(Exception, match="valid dictionary"):
+            run_scenario(adapter, steps, [FINISH, CHECK], budget=BUDGET, on_refusal=mode)
+        assert ran == ([] if same_turn else ["finish"])
+        return
     got = run_scenario(adapter, steps, [FINISH, CHECK], budget=BUDGET, on_refusal=mode)
     assert (got.outcome.status, got.outcome.reason, tool_value(got.outcome)) == (
         Status.COMPLETED,
@@ -485,7 +501,7 @@ def _cancelling_tool(adapter: str) -> Tool:
         """Check an order slowly."""
         ran.append(f"check-{order}")
         for task in asyncio.all_tasks():
-            if task.get_coro().__qualname__ in ("guarded_outcome", "_run_raw.<locals>.main"):  # type: ignore[union-attr]
+            if task.get_coro().__qualname__ in ("guarded_outcome", "_run_raw.<locals>.main", "run_adk.<locals>.main"):  # type: ignore[union-attr]
                 task.cancel()
         await asyncio.sleep(30)
         return "never"

@@ -1,4 +1,5 @@
-"""What an error of the ``openai`` client means for a guarded run, for both adapters.
+"""What an error of the ``openai`` client (or of ``google.genai``'s, under Google ADK) means for a guarded run, for
+every adapter.
 
 The raw function-calling loop and the Agents SDK adapter both talk to models through the ``openai`` client; this is
 the one place that reads its errors: transient (a timeout, a lost connection, 408/409/429/5xx: the server's
@@ -49,6 +50,22 @@ def _retry_after(headers: object) -> float | None:
     return None
 
 
+def _classify_genai_error(error: BaseException) -> ModelFailure | None:
+    """``google.genai``'s ``APIError`` (Google ADK's ``Gemini`` model), read by its shape (this module imports no
+    framework but openai): the same classes by HTTP status as the openai client's errors."""
+    status = getattr(error, "code", None)
+    if not type(error).__module__.startswith("google.genai") or not isinstance(status, int):
+        return None
+    message = getattr(error, "message", None) or str(error)
+    detail = f"{type(error).__name__}: Error code: {status} - {message}"
+    response = getattr(error, "response", None)
+    retry_after = _retry_after(getattr(response, "headers", None))
+    if status in (401, 403):
+        return ModelFailure("permission", False, None, False, str(status), detail)
+    transient = status in (408, 409, 429) or status >= 500
+    return ModelFailure("transient" if transient else "fatal", transient, retry_after, False, str(status), detail)
+
+
 def classify_model_error(error: BaseException) -> ModelFailure | None:
     """Classify an ``openai`` client error; ``None`` for anything else (a programming error, not an outcome).
 
@@ -61,7 +78,7 @@ def classify_model_error(error: BaseException) -> ModelFailure | None:
     if isinstance(error, openai.APIConnectionError):  # timeouts included: the request may have been served
         return ModelFailure("transient", True, None, True, type(error).__name__, f"{type(error).__name__}: {error}")
     if not isinstance(error, openai.APIStatusError):
-        return None
+        return _classify_genai_error(error)
     status = error.status_code
     detail = f"{type(error).__name__}: {error.message}"  # the message starts with "Error code: <status>"
     retry_after = _retry_after(error.response.headers)

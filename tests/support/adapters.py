@@ -47,7 +47,7 @@ from tests.support.wire import tool_outputs
 
 __all__ = ["ADAPTERS", "Calls", "Fail", "Obey", "Ran", "Say", "Tool", "run_scenario", "tool_value"]
 
-ADAPTERS = ["sdk", "sdk-streamed", "sdk-attached", "chat", "responses"]
+ADAPTERS = ["sdk", "sdk-streamed", "sdk-attached", "chat", "responses", "adk"]
 """Every way a scenario runs: the Agents SDK adapter (``run_guarded``, ``run_guarded_streamed``, and a
 ``LoopGuard`` attached to the application's own ``Runner.run``) and the raw loop (Chat Completions, sync;
 Responses, async)."""
@@ -185,6 +185,10 @@ def run_scenario(
             model_retry=NO_MODEL_RETRY,
         )
         return _run_raw(adapter, steps, tools, loop_options, options)
+    if adapter == "adk":
+        from tests.support.adk import run_adk  # the Google ADK adapter's block (tests/support/adk.py)
+
+        return run_adk(steps, tools, tool_choice, max_output_tokens, reset_forced_function, options)
     raise ValueError(f"unknown adapter {adapter!r}")
 
 
