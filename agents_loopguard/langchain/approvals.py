@@ -125,7 +125,12 @@ class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):  # type: ignore[type-arg]
         outcome = scope.run.guard.outcome
         if outcome is None or outcome.reason is not Reason.APPROVAL:
             return  # an old checkpoint resumed again: the task goes on as the store has it
-        kept = {str(c.get("id")) for m in (update or {}).get("messages", []) if isinstance(m, AIMessage) for c in m.tool_calls}
+        kept = {
+            str(c.get("id"))
+            for m in (update or {}).get("messages", [])
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+        }
         decisions = {str(call.get("id")): APPROVE if str(call.get("id")) in kept else REJECT for call in gated}
         store = scope.run.guard.store
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -81,8 +82,13 @@ class Scope:
     checked: bool = False
     error: BaseException | None = None
     """The model error that ended the run (its verdict recorded by the run), for the conclusion."""
-    invalid: dict[str, Executed] = field(default_factory=dict)
-    """Refusals of calls whose arguments were not JSON (LangChain's ``invalid_tool_calls``), by call id."""
+    invalid: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Calls whose arguments were not JSON (LangChain's ``invalid_tool_calls``), by call id: (tool, why); refused
+    in their turn among the response's calls."""
+    stopped_by: Any = None
+    """The framework's own stop (``model_behavior``: the chat model could not read the model's answer)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """LangGraph runs the calls of one response on threads in a sync run: the run takes them one at a time."""
     outcome: Outcome | None = None
 
 
@@ -194,7 +200,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         opts = options or self.options
         if opts.guard is None and opts.task_id != task_id:
             opts = LangChainOptions.merge(opts, {"task_id": task_id})
-        scope = self._scopes[task_id] = Scope(GuardedRun.start(opts), task_id)
+        scope = self._scopes[task_id] = Scope(
+            GuardedRun.start(opts, reset_forced_function=opts.reset_forced_function), task_id
+        )
         return scope
 
     def scope(self, state: Mapping[str, Any] | None) -> Scope:
@@ -264,7 +272,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         return {STATE_KEY: self._entry(scope)}
 
     def _ending(self, scope: Scope, state: Mapping[str, Any]) -> Ending:
-        return Ending(output=_final_output(state), error=scope.error, result=dict(state))
+        return Ending(output=_final_output(state), error=scope.error, stopped_by=scope.stopped_by, result=dict(state))
 
     # --- model requests --------------------------------------------------------------------------------------
 
@@ -305,9 +313,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         """The model's response, its calls with arguments that are not JSON refused (``invalid_call``) and routed
         to the tools, where the model reads the refusal."""
         if isinstance(response, Failed):
-            if response.verdict is None:  # not an API error: the task ends stopped/fatal, the error goes on
+            if isinstance(response.error, ValidationError):  # the chat model could not read the model's answer
+                if scope.run.done is None:  # (after validated done it was only the final answer)
+                    scope.stopped_by, scope.error = "model_behavior", response.error
+            elif response.verdict is None:  # not an API error: the task ends stopped/fatal, the error goes on
                 conclude_now(scope.run, Ending(error=response.error))
-            scope.error = response.error
+            else:
+                scope.error = response.error
             return ModelResponse(result=[_ended_message(scope)])
         messages = getattr(response, "result", None)
         if not messages or not isinstance(messages[0], AIMessage) or not messages[0].invalid_tool_calls:
@@ -317,9 +329,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         for bad in message.invalid_tool_calls:
             call_id = bad.get("id") or f"invalid-{len(scope.invalid)}"
             name = bad.get("name") or ""
-            spec = self.options.tools.get(name)
             detail = f"the arguments for {name!r} are not a JSON object ({bad.get('error') or 'unreadable'})"
-            scope.invalid[call_id] = scope.run.refuse_invalid(name, spec.kind if spec else "read", detail)
+            scope.invalid[call_id] = (name, detail)
             routed.append({"name": name, "args": {}, "id": call_id, "type": "tool_call"})
         fixed = message.model_copy(update={"tool_calls": routed, "invalid_tool_calls": []})
         return ModelResponse(result=[fixed, *messages[1:]], structured_response=response.structured_response)
@@ -374,9 +385,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
     def _proposal(self, scope: Scope, request: ToolCallRequest) -> tuple[ToolSpec, Any]:
         call, run = request.tool_call, scope.run
         name, call_id = call.get("name") or "", call.get("id")
-        if call_id in scope.invalid:
-            return ToolSpec(declared=False), scope.invalid.pop(call_id)
         spec = self.options.tools.get(name) or ToolSpec(declared=False)
+        if call_id in scope.invalid:
+            return spec, run.refuse_invalid(name, spec.kind, scope.invalid.pop(call_id)[1])
         if request.tool is None:
             return spec, run.refuse_invalid(name, spec.kind, f"unknown tool {name!r}")
         return spec, run.propose(spec, name, call.get("args") or {}, call_id, check=_schema_check(request.tool))
@@ -406,6 +417,12 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         """Authorize, execute once, verify and settle one call; a refusal is the ``ToolMessage`` the model reads."""
         scope = self.scope(request.state)
+        with scope.lock:
+            return self._tool_call(scope, request, handler)
+
+    def _tool_call(
+        self, scope: Scope, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+    ) -> ToolMessage | Command[Any]:
         spec, proposed = self._proposal(scope, request)
         if isinstance(proposed, Executed):
             return _refusal(request.tool_call, proposed.message or "refused")

@@ -35,7 +35,11 @@ def model_name(model: BaseChatModel) -> str | None:
 
 def output_bound(model: BaseChatModel, settings: dict[str, Any]) -> int | None:
     """The bound of one answer: the request's ``max_tokens`` setting, else the model's own."""
-    for value in (settings.get("max_tokens"), settings.get("max_completion_tokens"), getattr(model, "max_tokens", None)):
+    for value in (
+        settings.get("max_tokens"),
+        settings.get("max_completion_tokens"),
+        getattr(model, "max_tokens", None),
+    ):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None

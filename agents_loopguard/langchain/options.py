@@ -36,6 +36,9 @@ class LangChainOptions(RunOptions):
     tool_choice: Any = None
     """What the model is asked for while work remains (``"required"``, ``"auto"``, a tool's name); a forcing
     choice is released once no work remains (R12). A ``tool_choice`` another middleware set on the request wins."""
+    reset_forced_function: bool = True
+    """A forced function that ran is sent as ``"auto"`` afterwards (``create_agent`` would force it again on every
+    request); ``"required"`` stays until no work remains, then it is released."""
     model_retry: RetryPolicy | None = None
     """Retries of a failed model request, each attempt reserved. ``None``: as many as the chat model's client would
     have made (``ChatOpenAI(max_retries=...)``, the openai client's 2 by default), taken over (its client is told
@@ -47,4 +50,5 @@ class LangChainFields(RunFields, total=False):
 
     tools: Mapping[str, ToolSpec]
     tool_choice: Any
+    reset_forced_function: bool
     model_retry: RetryPolicy | None

@@ -189,7 +189,9 @@ def run_scenario(
     if adapter.startswith("langchain"):
         from tests.support.langchain_adapter import run_langchain
 
-        ran = run_langchain(adapter.endswith("async"), steps, tools, tool_choice, max_output_tokens, options)
+        ran = run_langchain(
+            adapter.endswith("async"), steps, tools, tool_choice, reset_forced_function, max_output_tokens, options
+        )
         return Ran(ran[0], [normalized_choice(c) for c in ran[1]], ran[2])
     raise ValueError(f"unknown adapter {adapter!r}")
 

@@ -34,6 +34,7 @@ def run_langchain(
     steps: Sequence[Any],
     tools: Sequence[Any],
     tool_choice: Any,
+    reset_forced_function: bool,
     max_output_tokens: int | None,
     options: dict[str, Any],
 ) -> tuple[Outcome, list[Any], list[dict[str, str]]]:
@@ -45,7 +46,12 @@ def run_langchain(
         model = ChatOpenAI(
             model=MODEL, base_url=server.base_url, api_key="test", max_retries=0, max_tokens=max_output_tokens
         )
-        guard = LoopGuardMiddleware(tools=_declared(tools), tool_choice=_wire_choice("chat", tool_choice), **options)
+        guard = LoopGuardMiddleware(
+            tools=_declared(tools),
+            tool_choice=_wire_choice("chat", tool_choice),
+            reset_forced_function=reset_forced_function,
+            **options,
+        )
         agent = create_agent(model, tools=[langchain_tool(t.fn) for t in tools], middleware=[guard])
         request = {"messages": [{"role": "user", "content": "go"}]}
         config = {"recursion_limit": 200}
