@@ -46,7 +46,7 @@ def _arguments(args: Any, secrets: Any) -> str:
         return str(redact(str(args), secrets=secrets))
 
 
-class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):  # type: ignore[type-arg]
+class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):
     """``HumanInTheLoopMiddleware`` whose interrupts are pauses of a :class:`~.LoopGuardMiddleware`'s task; build
     it with :meth:`LoopGuardMiddleware.human_in_the_loop` and list it with the guard."""
 

@@ -38,7 +38,6 @@ from typing_extensions import NotRequired, Unpack
 from ..engine.outcome import Outcome, RecoveryRecord
 from ..run import (
     NO_OUTPUT,
-    Answer,
     Check,
     Ending,
     Execute,
@@ -101,7 +100,7 @@ def outcome_of(result: Mapping[str, Any]) -> Outcome | None:
     """
     entry = result.get(STATE_KEY) if isinstance(result, Mapping) else None
     record = entry.get("outcome") if isinstance(entry, Mapping) else None
-    return RecoveryRecord.from_json(record).to_outcome() if isinstance(record, Mapping) else None
+    return RecoveryRecord.from_json(dict(record)).to_outcome() if isinstance(record, Mapping) else None
 
 
 def _configurable() -> dict[str, Any]:

@@ -42,7 +42,7 @@ class ScriptedChatModel(BaseChatModel):
     model_name: str = "scripted"
 
     def __init__(self, replies: Sequence[Any] = (), **kwargs: Any) -> None:
-        super().__init__(replies=list(replies), **kwargs)
+        super().__init__(replies=list(replies), **kwargs)  # type: ignore[call-arg]
 
     @property
     def _llm_type(self) -> str:
