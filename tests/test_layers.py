@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import typing
 from collections.abc import Iterator
 from pathlib import Path
 

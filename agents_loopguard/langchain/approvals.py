@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware import HumanInTheLoopMiddleware
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
@@ -119,24 +119,25 @@ class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):
         scope.outcome = conclude_now(
             scope.run, Ending(waiting=f"{len(gated)} call(s) wait for approval: {names}", store_pause=store_pause)
         )
+        self.guard.release(scope)  # the resume, in this process or another, continues from the store
 
     def _claim(self, scope: Scope, gated: list[dict[str, Any]], update: Mapping[str, Any] | None) -> None:
         """The human answered: claim the pause waiting for these calls (once) and continue its task."""
         outcome = scope.run.guard.outcome
         if outcome is None or outcome.reason is not Reason.APPROVAL:
             return  # an old checkpoint resumed again: the task goes on as the store has it
-        kept = {
-            str(c.get("id"))
-            for m in (update or {}).get("messages", [])
-            if isinstance(m, AIMessage)
-            for c in m.tool_calls
-        }
-        decisions = {str(call.get("id")): APPROVE if str(call.get("id")) in kept else REJECT for call in gated}
+        messages = list((update or {}).get("messages", []))
+        kept = {str(c.get("id")) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+        answered = {str(m.tool_call_id) for m in messages if isinstance(m, ToolMessage)}  # rejected or responded
+        decisions = {}
+        for call in gated:
+            call_id = str(call.get("id"))
+            decisions[call_id] = APPROVE if call_id in kept and call_id not in answered else REJECT
         store = scope.run.guard.store
         try:
             record = find_pause_for(store, list(decisions), task_id=scope.task_id)
         except PauseAlreadyResumed:
-            return  # resumed before: this old checkpoint continues under the task as it is now
+            return  # resumed before: this old checkpoint goes on under the task as the store has it now
         options = self.guard.options
         who = options.who or "LangGraph Command(resume=...)"
         chosen = decisions_for(record, decisions)

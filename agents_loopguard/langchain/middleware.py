@@ -262,12 +262,17 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
             scope.outcome = await adrive(conclude(scope.run, self._ending(scope, state)), perform_check_async)
         return self._ended(scope)
 
-    def _ended(self, scope: Scope) -> dict[str, Any]:
+    def release(self, scope: Scope) -> None:
+        """Forget an invocation's run (its outcome stays readable): the next hook of its task starts from the
+        store, as a resume in another process would."""
         self._scopes.pop(scope.task_id, None)
         if scope.outcome is not None:
             if len(self._outcomes) > 1024:
                 self._outcomes.clear()
             self._outcomes[scope.task_id] = scope.outcome
+
+    def _ended(self, scope: Scope) -> dict[str, Any]:
+        self.release(scope)
         return {STATE_KEY: self._entry(scope)}
 
     def _ending(self, scope: Scope, state: Mapping[str, Any]) -> Ending:
