@@ -311,3 +311,28 @@ def test_a_tool_calls_limit_per_tool_is_a_declaration(server: ScriptedOpenAIServ
     assert outcome is not None and outcome.reason is Reason.TOOL_LIMIT
     assert len(ran) == 2 and len(server.requests) == 3
     assert "nothing about q1" in tool_outputs("chat", server.requests[-1].body).values()
+
+
+@pytest.mark.timeout(120)
+def test_the_langchain_example_runs_as_documented() -> None:
+    """``python examples/langchain_refund_approval.py`` with no API key, against the scripted server."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "langchain_refund_approval.py")],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd="/",
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "search loop: stopped/same_call after 3 model turns" in done.stdout
+    assert "resumed: completed/validated_done, models 2, tools 1" in done.stdout
+    assert "refunds: {42: 'refunded'}" in done.stdout

@@ -29,6 +29,7 @@ ENTRY_POINTS = {
     "sdk/attach.py": ("LoopGuard.__init__",),
     "sdk/testing.py": ("call_tool", "call_tool_sync"),
     "function_calling/entry.py": ("run_chat_completions", "arun_chat_completions", "run_responses", "arun_responses"),
+    "langchain/middleware.py": ("LoopGuardMiddleware.__init__",),
 }
 
 
