@@ -336,3 +336,20 @@ def test_the_langchain_example_runs_as_documented() -> None:
     assert "search loop: stopped/same_call after 3 model turns" in done.stdout
     assert "resumed: completed/validated_done, models 2, tools 1" in done.stdout
     assert "refunds: {42: 'refunded'}" in done.stdout
+
+
+def test_a_sync_agent_on_a_sql_store_outlives_the_threads_of_its_tool_calls(store: SQLStore) -> None:
+    """LangGraph's sync tool node runs each response's calls on threads of its own: each thread's store connection
+    goes back to the pool when the thread ends (the pool holds 15: the 20th call used to wait 30 s and fail)."""
+
+    def progress(args: dict[str, Any], output: Any) -> dict[str, Any]:
+        return {"revision": int(args["query"]), "done": False, "effect": "none"}
+
+    replies = [calls(("search", {"query": str(n)}), start=n) for n in range(1, 21)] + ["searched"]
+    guard = LoopGuardMiddleware(
+        budget=Budget(model_turns=25, tool_executions=25),
+        store=store,
+        tools={"search": declare_tool("search", verify=progress)},
+    )
+    outcome = guard.outcome(ask(create_agent(ScriptedChatModel(replies), tools=[search], middleware=[guard])))
+    assert outcome is not None and (outcome.reason, outcome.used.tools, len(ran)) == (Reason.UNVERIFIED_FINAL, 20, 20)
