@@ -3,8 +3,9 @@
 Every rule is the guarded run's (:mod:`agents_loopguard.run`); this module maps LangChain's hooks onto it:
 
 * ``before_agent`` starts the run under the task (the LangGraph thread by default) and ends at once a task that
-  already ended; ``before_model`` ends the run (``jump_to: "end"``) once the guard decided;
-* ``wrap_model_call`` sends each attempt through :func:`~agents_loopguard.run.requests.model_request`: reserved
+  already ended;
+* ``wrap_model_call`` answers for the model once the guard decided (a message without tool calls: the agent
+  ends, nothing is sent), else sends each attempt through :func:`~agents_loopguard.run.requests.model_request`: reserved
   first, with the guard's ``tool_choice`` (R12), the chat model's client retries taken over (:mod:`.models`);
 * ``wrap_tool_call`` proposes each call, executes it once through the handler, verifies and settles it; a refusal
   is the ``ToolMessage`` the model reads;
@@ -78,7 +79,8 @@ class Scope:
 
     run: GuardedRun
     task_id: str
-    checked: bool = False
+    models: dict[int, tuple[Any, str | None, int | None, RetryPolicy]] = field(default_factory=dict)
+    """id(chat model) -> (the model, its name, its output bound, its retries), checked once per run."""
     error: BaseException | None = None
     """The model error that ended the run (its verdict recorded by the run), for the conclusion."""
     invalid: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -86,8 +88,10 @@ class Scope:
     in their turn among the response's calls."""
     stopped_by: Any = None
     """The framework's own stop (``model_behavior``: the chat model could not read the model's answer)."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    """LangGraph runs the calls of one response on threads in a sync run: the run takes them one at a time."""
+    turns: threading.Condition = field(default_factory=threading.Condition)
+    """LangGraph runs the calls of one response on threads in a sync run: the run takes them one at a time, in the
+    response's order (``served``: the call ids it took)."""
+    served: set[str] = field(default_factory=set)
     outcome: Outcome | None = None
 
 
@@ -133,6 +137,22 @@ def _ended_message(scope: Scope) -> AIMessage:
 
 def _refusal(call: Mapping[str, Any], message: str) -> ToolMessage:
     return ToolMessage(content=message, name=call.get("name"), tool_call_id=call.get("id") or "", status="error")
+
+
+_TURN_WAIT = 30.0
+"""Seconds a call waits for the calls before it in its response (one that never comes: the others go on)."""
+
+
+def _preceding(state: Mapping[str, Any], call_id: str) -> list[str]:
+    """The unanswered calls before ``call_id`` in the response that made it."""
+    messages = state.get("messages") or [] if isinstance(state, Mapping) else []
+    answered = {str(m.tool_call_id) for m in messages if isinstance(m, ToolMessage)}
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            ids = [str(c.get("id")) for c in message.tool_calls]
+            if call_id in ids:
+                return [i for i in ids[: ids.index(call_id)] if i not in answered]
+    return []
 
 
 def _schema_check(tool: Any) -> Callable[[dict[str, Any]], str | None] | None:
@@ -241,14 +261,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
             update["jump_to"] = "end"
         return update
 
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Once the guard decided (a refusal, a budget, the stop mark), the model is not asked again."""
-        scope = self.scope(state)
-        if scope.run.verdict is not None or scope.run.guard.outcome is not None:
-            return {"jump_to": "end"}
-        return None
-
     def after_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Conclude the run: the task's one outcome, stored and carried in the state."""
         scope = self.scope(state)
@@ -282,12 +294,14 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
 
     def _model_steps(self, scope: Scope, request: ModelRequest[Any]) -> Any:
         run, model = scope.run, request.model
-        name, bound = model_name(model), output_bound(model, request.model_settings)
-        if not scope.checked:
+        facts = scope.models.get(id(model))
+        if facts is None or facts[0] is not model or request.model_settings:
+            name, bound = model_name(model), output_bound(model, request.model_settings)
             run.check_enforceable(name, bound, where="the agent's chat model")
-            scope.checked = True
+            retry = self.options.model_retry or RetryPolicy(max_retries=client_retries(model))
+            facts = scope.models[id(model)] = (model, name, bound, retry)
+        _, name, bound, retry = facts
         requested = request.tool_choice if request.tool_choice is not None else self.options.tool_choice
-        retry = self.options.model_retry or RetryPolicy(max_retries=client_retries(model))
 
         def prompt() -> dict[str, Any]:  # what the request is made of, for the input estimate
             offered = [getattr(t, "name", t) for t in request.tools]
@@ -344,7 +358,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
     ) -> Any:
         """Each attempt reserved before it leaves, sent once with the guard's ``tool_choice``."""
         scope = self.scope(request.state)
-        if scope.run.guard.outcome is not None:
+        if scope.run.verdict is not None or scope.run.guard.outcome is not None:  # decided: the model is not asked
             return ModelResponse(result=[_ended_message(scope)])
 
         def perform(effect: Any) -> Any:
@@ -366,7 +380,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> Any:
         scope = self.scope(request.state)
-        if scope.run.guard.outcome is not None:
+        if scope.run.verdict is not None or scope.run.guard.outcome is not None:  # decided: the model is not asked
             return ModelResponse(result=[_ended_message(scope)])
 
         async def perform(effect: Any) -> Any:
@@ -421,8 +435,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         """Authorize, execute once, verify and settle one call; a refusal is the ``ToolMessage`` the model reads."""
         scope = self.scope(request.state)
-        with scope.lock:
-            return self._tool_call(scope, request, handler)
+        call_id = str(request.tool_call.get("id"))
+        before = _preceding(request.state, call_id)
+        with scope.turns:
+            scope.turns.wait_for(lambda: all(p in scope.served for p in before), timeout=_TURN_WAIT)
+            try:
+                return self._tool_call(scope, request, handler)
+            finally:
+                scope.served.add(call_id)
+                scope.turns.notify_all()
 
     def _tool_call(
         self, scope: Scope, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
