@@ -510,8 +510,7 @@ class Database:
         return cursor
 
     def _release(self, conn: Connection) -> None:
-        """A thread that held ``conn`` ended (or took another connection): back to the pool, so threads made per
-        call (LangGraph's sync tool node) cannot exhaust it."""
+        """A thread that held ``conn`` ended (or took another one): back to the pool (threads made per call)."""
         with self._connections_lock:
             if conn not in self._connections:
                 return
@@ -687,8 +686,8 @@ def _pg_on_connect(readonly: bool, dbapi_connection: Any, _record: Any) -> None:
 
 
 class _ThreadEnd:
-    """Kept in a thread's local storage beside its connection: dropped when the thread ends, it releases the
-    connection (in the process that opened it only: a forked child never touches its parent's)."""
+    """Beside a thread's connection in its local storage: when the thread ends, the connection is released (by the
+    process that opened it only)."""
 
     __slots__ = ("conn", "pid", "release")
 
