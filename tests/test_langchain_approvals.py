@@ -1,15 +1,19 @@
 """R13 through LangChain's own idiom: ``HumanInTheLoopMiddleware`` interrupts with a checkpointer, and
 ``Command(resume=...)`` continues the *same* task once, with its counters, from another OS process too (LangGraph's
-SQLite checkpointer file, the guard's SQL store on SQLite and PostgreSQL). Issue 19's measurements: LangChain's run
+SQLite checkpointer with the guard's SQLite store, its PostgreSQL checkpointer with the guard's PostgreSQL store).
+Issue 19's measurements: LangChain's run
 count restarted after every resume, and resuming the interrupted checkpoint by its ``checkpoint_id`` ran the
 approved refund a second time and rewound the thread count; a human rejecting every proposal never ended the run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from agents_loopguard.langchain.testing import ScriptedChatModel, calls
 from agents_loopguard.ops.approvals import ResumeError
 from agents_loopguard.run import declare_tool
 from agents_loopguard.store import SQLStore
+from tests.conftest import libpq_url, with_search_path
 from tests.support.langchain_shop import BUDGET, refund_agent
 from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call
 from tests.support.stores import sql_store
@@ -60,7 +65,32 @@ def test_an_approval_resumes_once_from_another_process_with_the_counters_continu
     """The interrupt is a stored pause (``needs_human/approval`` with the budget); a second OS process resumes it
     through ``Command(resume=...)``: the refund runs once, the counters go on from the pause. Resuming the
     interrupted checkpoint again by its ``checkpoint_id`` runs nothing twice and never rewinds the budget."""
-    ledger, checkpoints = tmp_path / "ledger.txt", str(tmp_path / "checkpoints.sqlite")
+    ledger = tmp_path / "ledger.txt"
+    with checkpoints_beside(sql_url, tmp_path) as checkpoints:
+        approval_resumed_elsewhere(tmp_path, store, sql_url, ledger, checkpoints)
+
+
+@contextlib.contextmanager
+def checkpoints_beside(sql_url: str, tmp_path: Path) -> Iterator[str]:
+    """LangGraph's checkpointer on the guard store's backend: a SQLite file, or a PostgreSQL schema of its own (a
+    loopguard store refuses a schema that holds other tables)."""
+    if not sql_url.startswith("postgresql"):
+        yield str(tmp_path / "checkpoints.sqlite")
+        return
+    import psycopg
+
+    schema = f"lg_cp_{uuid.uuid4().hex[:12]}"
+    server = libpq_url(sql_url.split("?", 1)[0])
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield libpq_url(with_search_path(sql_url.split("?", 1)[0], schema))
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def approval_resumed_elsewhere(tmp_path: Path, store: SQLStore, sql_url: str, ledger: Path, checkpoints: str) -> None:
     thread = {"thread_id": "refund-42"}
     with ScriptedOpenAIServer([tool_call("refund", {"order": 42}), final_text("Refunded.")]) as server:
         agent, guard = refund_agent(server.base_url, store, checkpoints, ledger)

@@ -1,8 +1,8 @@
 """The refund agent of the LangChain approval tests, built the same way in the test process and in the worker that
 resumes it (``python -m tests.support.langchain_shop resume CONFIG``): ``create_agent`` with ``LoopGuardMiddleware``
-and the guarded ``HumanInTheLoopMiddleware``, ``ChatOpenAI`` over HTTP, LangGraph's SQLite checkpointer file and
-the guard's SQL store. Each refund body appends a line to a ledger file, so executions are counted across
-processes."""
+and the guarded ``HumanInTheLoopMiddleware``, ``ChatOpenAI`` over HTTP, LangGraph's SQLite checkpointer file (or its
+PostgreSQL checkpointer) and the guard's SQL store. Each refund body appends a line to a ledger file, so executions
+are counted across processes."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from agents_loopguard.langchain import LoopGuardMiddleware
 from agents_loopguard.run import declare_tool
 from agents_loopguard.store import SQLStore
 
-__all__ = ["BUDGET", "refund_agent"]
+__all__ = ["BUDGET", "checkpointer", "refund_agent"]
 
 BUDGET = Budget(model_turns=6, tool_executions=4)
 
@@ -47,9 +47,23 @@ def refund_agent(base_url: str, store: SQLStore, checkpoints: str, ledger: Path,
     }
     guard = LoopGuardMiddleware(budget=BUDGET, store=store, tools=declared, **options)
     model = ChatOpenAI(model="gpt-4o-mini", base_url=base_url, api_key="test", max_retries=0)
-    saver = SqliteSaver(sqlite3.connect(checkpoints, check_same_thread=False))
+    saver = checkpointer(checkpoints)
     middleware = [guard, guard.human_in_the_loop({"refund": True})]
     return create_agent(model, tools=[refund], middleware=middleware, checkpointer=saver), guard
+
+
+def checkpointer(where: str) -> Any:
+    """LangGraph's own durable checkpointer: PostgreSQL for a ``postgresql://`` URL, else a SQLite file."""
+    if where.startswith("postgresql"):
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+
+        conn = psycopg.connect(where, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+        saver = PostgresSaver(conn)  # type: ignore[arg-type]
+        saver.setup()
+        return saver
+    return SqliteSaver(sqlite3.connect(where, check_same_thread=False))
 
 
 def _resume(cfg: dict[str, Any]) -> None:
