@@ -353,3 +353,20 @@ def test_a_sync_agent_on_a_sql_store_outlives_the_threads_of_its_tool_calls(stor
     )
     outcome = guard.outcome(ask(create_agent(ScriptedChatModel(replies), tools=[search], middleware=[guard])))
     assert outcome is not None and (outcome.reason, outcome.used.tools, len(ran)) == (Reason.UNVERIFIED_FINAL, 20, 20)
+
+
+def test_exit_behavior_error_raises_guard_stopped_with_the_stored_outcome() -> None:
+    """``on_refusal="error"`` (LangChain's ``exit_behavior`` name) is ``"raise"``: ``invoke`` raises
+    ``GuardStopped`` carrying the stored outcome."""
+    from agents_loopguard import GuardStopped
+
+    store = MemoryStore()
+    guard = LoopGuardMiddleware(
+        budget=Budget(model_turns=10, tool_executions=10), store=store, tools=DECLARED, on_refusal="error"
+    )
+    agent = create_agent(ScriptedChatModel([calls(("search", {"query": "x"}))] * 4), tools=[search], middleware=[guard])
+    with pytest.raises(GuardStopped) as raised:
+        ask(agent, configurable={"thread_id": "t-error"})
+    assert raised.value.outcome.reason is Reason.SAME_CALL and len(ran) == 2
+    stored = store.task("t-error")
+    assert stored is not None and stored.outcome is not None and stored.outcome["reason"] == "same_call"

@@ -7,6 +7,8 @@
 ...                            tools={"lookup": declare_tool("lookup")})
 >>> options.tools["lookup"].kind, options.model_retry is None
 ('read', True)
+>>> LangChainOptions(budget=Budget(6, 4), on_refusal="error").on_refusal
+'raise'
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ __all__ = ["LangChainFields", "LangChainOptions"]
 @dataclass(frozen=True, kw_only=True)
 class LangChainOptions(RunOptions):
     """The options of :class:`~agents_loopguard.langchain.LoopGuardMiddleware`: every field of
-    :class:`~agents_loopguard.RunOptions` and the middleware's own. Without ``task_id`` the task is the LangGraph
-    thread (``config["configurable"]["thread_id"]``; ``configurable["task_id"]`` names another one), and a run
-    without a thread is a task of its own."""
+    :class:`~agents_loopguard.RunOptions` and the middleware's own. ``on_refusal`` takes LangChain's
+    ``exit_behavior`` names: ``"end"``, ``"continue"``, and ``"error"`` for ``"raise"``. Without ``task_id`` the
+    task is the LangGraph thread (``config["configurable"]["thread_id"]``; ``configurable["task_id"]`` names
+    another one), and a run without a thread is a task of its own."""
 
     tools: Mapping[str, ToolSpec] = field(default_factory=dict)
     """The guard's declaration of each tool, by tool name (:func:`~agents_loopguard.run.declare_tool`: a write's
@@ -43,6 +46,10 @@ class LangChainOptions(RunOptions):
     """Retries of a failed model request, each attempt reserved. ``None``: as many as the chat model's client would
     have made (``ChatOpenAI(max_retries=...)``, the openai client's 2 by default), taken over (its client is told
     not to retry)."""
+
+    def __post_init__(self) -> None:
+        if self.on_refusal == "error":  # type: ignore[comparison-overlap]
+            object.__setattr__(self, "on_refusal", "raise")  # LangChain's exit_behavior name for the same
 
 
 class LangChainFields(RunFields, total=False):
