@@ -21,7 +21,7 @@ from agents_loopguard.run.options import RunFields, RunOptions
 
 PACKAGE = Path(agents_loopguard.__file__).parent
 FRAMEWORKS = ("agents", "openai", "langchain", "langgraph", "google", "dbos", "temporalio", "restate")
-ADAPTERS = ("sdk", "function_calling", "adk")
+ADAPTERS = ("sdk", "function_calling", "langchain", "adk")
 ENTRY_POINTS = {
     "sdk/run.py": ("run_guarded", "run_guarded_streamed"),
     "sdk/resume.py": ("resume_guarded",),
@@ -32,6 +32,7 @@ ENTRY_POINTS = {
     "adk/plugin.py": ("LoopGuardPlugin.__init__",),
     "adk/tools.py": ("guarded_tool",),
     "function_calling/entry.py": ("run_chat_completions", "arun_chat_completions", "run_responses", "arun_responses"),
+    "langchain/middleware.py": ("LoopGuardMiddleware.__init__",),
 }
 
 

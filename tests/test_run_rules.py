@@ -154,6 +154,14 @@ INVALID = [
 ]
 
 
+def unreadable_by_langchain(adapter: str, arguments: Any) -> bool:
+    """By design of LangChain, not of the guard: langchain-openai cannot build the ``AIMessage`` of a response
+    whose call arguments are a JSON non-object (``[4]``: pydantic refuses the tool call's ``args``), so no tool
+    call of that response exists. The middleware ends the run ``stopped/model_behavior`` (the attempt counted,
+    nothing of that response ran); after a validated done the done stands."""
+    return adapter.startswith("langchain") and arguments == "[4]"
+
+
 @pytest.mark.parametrize("arguments", INVALID)
 def test_invalid_call_arguments_are_refused_before_any_execution(adapter: str, arguments: str) -> None:
     """R1, R4, R11: arguments that are not JSON, not a JSON object, or not what the tool takes end the run as
@@ -167,6 +175,14 @@ def test_invalid_call_arguments_are_refused_before_any_execution(adapter: str, a
     got = run_scenario(
         adapter, [Calls(("check_order", arguments)), Say("x")], [CHECK], budget=BUDGET, store=store, task_id="t"
     )
+    if unreadable_by_langchain(adapter, arguments):
+        assert (got.outcome.status, got.outcome.reason, got.outcome.used.tools) == (
+            Status.STOPPED,
+            Reason.MODEL_BEHAVIOR,
+            0,
+        )
+        assert ran == [] and [e for e in store.trace("t") if e.kind == "tool"] == []
+        return
     assert (got.outcome.status, got.outcome.reason, got.outcome.used.tools) == (Status.STOPPED, Reason.INVALID_CALL, 0)
     assert ran == []
     assert [e.result_class for e in store.trace("t") if e.kind == "tool"] == ["refused:invalid_call"]
@@ -182,6 +198,14 @@ def test_invalid_call_in_continue_mode_tells_the_model_and_goes_on(adapter: str,
         assert ran == []
         return
     got = run_scenario(adapter, steps, [CHECK], budget=BUDGET, on_refusal="continue")
+    if unreadable_by_langchain(adapter, arguments):
+        assert (got.outcome.reason, got.outcome.used.models, got.outcome.used.tools, ran) == (
+            Reason.MODEL_BEHAVIOR,
+            1,
+            0,
+            [],
+        )
+        return
     assert (got.outcome.status, got.outcome.used.tools, ran) == (Status.COMPLETED, 1, ["check-2"])
     assert "invalid_call" in got.outputs[1]["call_1_0"]
 
@@ -206,14 +230,19 @@ def test_after_validated_done_a_further_proposal_leaves_the_task_completed(
         assert ran == ([] if same_turn else ["finish"])
         return
     got = run_scenario(adapter, steps, [FINISH, CHECK], budget=BUDGET, on_refusal=mode)
+    if same_turn and unreadable_by_langchain(adapter, arguments):  # the response with the done call is unreadable
+        assert (got.outcome.reason, got.outcome.used.tools, ran) == (Reason.MODEL_BEHAVIOR, 0, [])
+        return
     assert (got.outcome.status, got.outcome.reason, tool_value(got.outcome)) == (
         Status.COMPLETED,
         Reason.VALIDATED_DONE,
         "final: s",
     )
-    if same_turn and adapter.startswith("sdk") and isinstance(arguments, dict):
-        # By design the Agents SDK runs the calls of one response concurrently: the valid sibling was authorized
-        # before the done call settled, so it ran (and counted). The raw loop runs them in order and skips it.
+    if same_turn and adapter.startswith(("sdk", "langchain-async")) and isinstance(arguments, dict):
+        # By design the Agents SDK, and LangGraph's tool node on an event loop, run the calls of one response
+        # concurrently: the valid sibling was authorized before the done call settled, so it ran (and counted).
+        # The raw loop runs them in order and skips it, and so does the LangChain middleware in a sync run (the
+        # tool node's threads take the run one call at a time).
         assert sorted(ran) == ["check-4", "finish"] and got.outcome.used.tools == 2
     else:
         assert ran == ["finish"] and got.outcome.used.tools == 1
@@ -488,7 +517,7 @@ def test_a_programming_error_ends_the_task_stopped_fatal_and_is_re_raised(adapte
 def _cancelling_tool(adapter: str) -> Tool:
     """A tool during whose body the run is cancelled: the sync loop's caller presses Ctrl-C (``KeyboardInterrupt``
     in the body); on an event loop the task running the whole run is cancelled while the body awaits."""
-    if adapter == "chat":
+    if adapter in ("chat", "langchain"):
 
         def slow_check(order: int) -> str:
             """Check an order slowly."""
@@ -501,7 +530,12 @@ def _cancelling_tool(adapter: str) -> Tool:
         """Check an order slowly."""
         ran.append(f"check-{order}")
         for task in asyncio.all_tasks():
-            if task.get_coro().__qualname__ in ("guarded_outcome", "_run_raw.<locals>.main", "run_adk.<locals>.main"):  # type: ignore[union-attr]
+            if task.get_coro().__qualname__ in (  # type: ignore[union-attr]
+                "guarded_outcome",
+                "_run_raw.<locals>.main",
+                "run_langchain.<locals>.main",
+                "run_adk.<locals>.main",
+            ):
                 task.cancel()
         await asyncio.sleep(30)
         return "never"

@@ -47,10 +47,11 @@ from tests.support.wire import tool_outputs
 
 __all__ = ["ADAPTERS", "Calls", "Fail", "Obey", "Ran", "Say", "Tool", "run_scenario", "tool_value"]
 
-ADAPTERS = ["sdk", "sdk-streamed", "sdk-attached", "chat", "responses", "adk"]
+ADAPTERS = ["sdk", "sdk-streamed", "sdk-attached", "chat", "responses", "langchain", "langchain-async", "adk"]
 """Every way a scenario runs: the Agents SDK adapter (``run_guarded``, ``run_guarded_streamed``, and a
-``LoopGuard`` attached to the application's own ``Runner.run``) and the raw loop (Chat Completions, sync;
-Responses, async)."""
+``LoopGuard`` attached to the application's own ``Runner.run``), the raw loop (Chat Completions, sync;
+Responses, async) and the LangChain middleware (``create_agent`` with ``ChatOpenAI`` over HTTP; ``invoke`` and
+``ainvoke``)."""
 
 USAGE = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
 """What each scripted answer reports, the same on both sides (the scripted server's default usage)."""
@@ -189,6 +190,13 @@ def run_scenario(
         from tests.support.adk import run_adk  # the Google ADK adapter's block (tests/support/adk.py)
 
         return run_adk(steps, tools, tool_choice, max_output_tokens, reset_forced_function, options)
+    if adapter.startswith("langchain"):
+        from tests.support.langchain_adapter import run_langchain
+
+        ran = run_langchain(
+            adapter.endswith("async"), steps, tools, tool_choice, reset_forced_function, max_output_tokens, options
+        )
+        return Ran(ran[0], [normalized_choice(c) for c in ran[1]], ran[2])
     raise ValueError(f"unknown adapter {adapter!r}")
 
 

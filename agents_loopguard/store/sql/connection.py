@@ -536,7 +536,17 @@ class Database:
             cursor = dbapi.cursor()
             cursor.row_factory = sqlite3.Row
         self._local.held = (pid, conn, cursor, watch)
+        self._local.keeper = _ThreadEnd(pid, conn, self._release)  # the thread's end gives the connection back
         return cursor
+
+    def _release(self, conn: Connection) -> None:
+        """A thread that held ``conn`` ended (or took another one): back to the pool (threads made per call)."""
+        with self._connections_lock:
+            if conn not in self._connections:
+                return
+            self._connections.remove(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
 
     def _drop_connection(self) -> None:
         held: tuple[int, Connection, Any, Any] | None = getattr(self._local, "held", None)
@@ -627,3 +637,18 @@ def _pg_on_connect(readonly: bool, dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.execute("SET default_transaction_isolation TO 'repeatable read'")
     if readonly:
         dbapi_connection.execute("SET default_transaction_read_only TO on")
+
+
+class _ThreadEnd:
+    """Beside a thread's connection in its local storage: when the thread ends, the connection is released (by the
+    process that opened it only)."""
+
+    __slots__ = ("conn", "pid", "release")
+
+    def __init__(self, pid: int, conn: Connection, release: Callable[[Connection], None]) -> None:
+        self.pid, self.conn, self.release = pid, conn, release
+
+    def __del__(self) -> None:
+        if os.getpid() == self.pid:
+            with contextlib.suppress(Exception):
+                self.release(self.conn)
