@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -609,7 +610,20 @@ def _fail(error: BaseException) -> int:
     return exit_code(error)
 
 
+def _not_text(args: list[str]) -> InputError | None:
+    """An argument that is not valid UTF-8 (the shell passed bytes; Python kept them as lone surrogates)."""
+    for number, arg in enumerate(args, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = os.fsencode(arg)
+            return InputError(f"argument {number} ({raw!r}) is not valid UTF-8 text: ids, names and reasons are text")
+    return None
+
+
 def _run(args: list[str]) -> int:
+    if (bad := _not_text(args)) is not None:
+        return _fail(bad)
     try:
         code = app(args=args, prog_name="loopguard", standalone_mode=False)
     except typer.TyperException as exc:  # usage: a missing option, a bad value, an unknown command

@@ -84,7 +84,10 @@ def iso_time(ts: float | None) -> str | None:
     """
     if not ts or not math.isfinite(ts):
         return None
-    moment = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    try:
+        moment = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # a damaged row: say so, and show the rest
+        return f"{ts!r} (not a time)"
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

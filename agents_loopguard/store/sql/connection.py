@@ -32,7 +32,15 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ...errors import NotFoundError, StoreError
-from .faults import connection_lost, database_fault, folder_fault, one_line, open_fault
+from .faults import (
+    connection_lost,
+    damaged_text,
+    database_fault,
+    folder_fault,
+    one_line,
+    open_fault,
+    unicode_fault,
+)
 from .schema import check_schema_version, create_schema, refuse_unless_empty, survey
 
 __all__ = [
@@ -357,6 +365,12 @@ class Database:
         PostgreSQL queued on ``task``'s advisory lock, see :data:`_PG_QUEUE_SECONDS`), and (SQLite) waits for the
         write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database fault is a
         :class:`~agents_loopguard.errors.StoreError` (the step rolled back)."""
+        try:
+            return self._steps(work, transaction=transaction, durable=durable, task=task)
+        except UnicodeError as exc:  # a damaged file's undecodable error text, or a lone surrogate sent (rolled back)
+            raise unicode_fault(self.name, self.where, exc) from None
+
+    def _steps(self, work: Callable[[Any], T], *, transaction: bool, durable: bool, task: str | None) -> T:
         busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
         key = _lock_key(task) if self.postgres and task is not None else None
         attempt = 0
@@ -480,7 +494,7 @@ class Database:
             self.engine.dispose(close=False)  # the parent's pooled connections stay the parent's
         try:
             conn = self.engine.connect()
-        except (SQLAlchemyError, OSError) as exc:
+        except (SQLAlchemyError, OSError, UnicodeDecodeError) as exc:
             raise open_fault(self.name, self.where, exc, path=self.path) from exc
         try:
             if not self._ready:
@@ -489,6 +503,8 @@ class Database:
             with contextlib.suppress(Exception):
                 conn.invalidate()
                 conn.close()
+            if isinstance(exc, UnicodeDecodeError):
+                raise damaged_text(self.name, self.where, exc) from exc
             if isinstance(exc, (SQLAlchemyError, self._dbapi_error)):
                 raise self._error(getattr(exc, "orig", None) or exc) from exc
             raise
@@ -630,7 +646,9 @@ def _pipeline_syncs() -> bool:
 
 def _lock_key(task: str) -> int:
     """A task's PostgreSQL advisory lock key (a signed 64-bit hash; a collision only makes two tasks queue)."""
-    return int.from_bytes(hashlib.blake2b(f"loopguard:{task}".encode(), digest_size=8).digest(), "big", signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(f"loopguard:{task}".encode(errors="surrogatepass"), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def _wal(dbapi_connection: Any) -> None:
