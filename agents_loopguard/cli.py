@@ -339,6 +339,8 @@ def show(
         _show_summary(view)
         _show_tables(view)
         typer.echo(f"\nallowed next actions: {', '.join(view['allowed_next_actions']) or '-'}")
+        for step in view.get("next_steps", []):
+            typer.echo(f"  - {step}")
 
     _emit(view, human)
 

@@ -24,6 +24,7 @@ from ..budget import Policy
 from ..core import Guard
 from ..outcome import Outcome
 from ..store.base import PauseRecord, Store
+from ..store.defaults import default_store
 from .claims import ClaimedState
 from .pauses import persist_pause
 from .run import run_guarded, run_sync
@@ -58,7 +59,7 @@ async def resume_guarded(
     agent: Agent[Any],
     pause_id: str,
     *,
-    store: Store,
+    store: Store | None = None,
     who: str,
     decisions: Mapping[str, str] | None = None,
     why: str = "",
@@ -75,7 +76,8 @@ async def resume_guarded(
     Args:
         agent: the application's agent (the same graph that paused; agents are matched by name).
         pause_id: the pause to resume (``Outcome.pause_id``).
-        store: the task's store (the one the pause was saved in).
+        store: the task's store (the one the pause was saved in); by default the persistent store every entry point
+            uses (``$LOOPGUARD_DATABASE_URL``, else ``./.loopguard/loopguard.db``), as for ``run_guarded``.
         who: who resumes (recorded in the ``resume`` transition with the time and the decisions applied).
         decisions: ``{call_id: "approve" | "reject"}`` for every pending call of this pause and nothing else;
             ``None`` applies the decisions an operator recorded (``loopguard approve``, ``approvals.decide``).
@@ -118,6 +120,7 @@ async def resume_guarded(
     for key in ("guard", "budget"):
         if key in run_options:
             raise TypeError(f"resume_guarded() got {key}=: a resume continues the pause's own task and budget")
+    store = store if store is not None else default_store()
     record = load_for_resume(store, pause_id, task_id=task_id)
     chosen = decisions_for(record, decisions)
     state = await _restore(agent, record, context_deserializer=context_deserializer, context_override=context_override)
