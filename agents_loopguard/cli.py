@@ -38,7 +38,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts (before or after the command).")]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", metavar="", help="Print JSON for scripts (before or after the command).")
+]
 
 
 class _State:
@@ -78,7 +80,8 @@ def _options(
     ] = None,
     as_json: JsonFlag = False,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option("--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     _state.url, _state.json, _state.store = db, _state.json or as_json, None
@@ -457,7 +460,8 @@ def reconcile_cmd(
     why: Annotated[str, typer.Option(help="Evidence: what the receiver answered.")] = "",
     result: Annotated[str | None, typer.Option(help="The receiver's result, as JSON (for committed).")] = None,
     correct: Annotated[
-        bool, typer.Option("--correct", help="Correct the ledger: the receiver contradicts its known state.")
+        bool,
+        typer.Option("--correct", metavar="", help="Correct the ledger: the receiver contradicts its known state."),
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -492,8 +496,12 @@ def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[
 def approve(
     pause_id: str,
     who: Annotated[str, typer.Option(help="Who approves.")],
-    call: Annotated[list[str] | None, typer.Option(help="Approve only this call id (repeatable).")] = None,
-    reject_call: Annotated[list[str] | None, typer.Option("--reject", help="Reject this call id (repeatable).")] = None,
+    call: Annotated[
+        list[str] | None, typer.Option(metavar="CALL_ID", help="Approve only this call id (repeatable).")
+    ] = None,
+    reject_call: Annotated[
+        list[str] | None, typer.Option("--reject", metavar="CALL_ID", help="Reject this call id (repeatable).")
+    ] = None,
     why: Annotated[str, typer.Option(help="Why.")] = "",
     as_json: JsonFlag = False,
 ) -> None:
@@ -506,7 +514,9 @@ def approve(
 def reject(
     pause_id: str,
     who: Annotated[str, typer.Option(help="Who rejects.")],
-    call: Annotated[list[str] | None, typer.Option(help="Reject only this call id (repeatable).")] = None,
+    call: Annotated[
+        list[str] | None, typer.Option(metavar="CALL_ID", help="Reject only this call id (repeatable).")
+    ] = None,
     why: Annotated[str, typer.Option(help="Why.")] = "",
     as_json: JsonFlag = False,
 ) -> None:
@@ -578,7 +588,7 @@ def serve_cmd(
     ),
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
     secure_cookies: Annotated[
-        bool, typer.Option(help="Send the console's session cookie over HTTPS only (behind TLS).")
+        bool, typer.Option(metavar="", help="Send the console's session cookie over HTTPS only (behind TLS).")
     ] = False,
     log_level: Annotated[str, typer.Option(help="Uvicorn's log level.")] = "info",
 ) -> None:
@@ -649,7 +659,7 @@ def _run(args: list[str]) -> int:
 
 @app.command("migrate")
 def migrate_cmd(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the SQL and change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", metavar="", help="Print the SQL and change nothing.")] = False,
 ) -> None:
     """Bring the store's schema to this agents_loopguard's version (stop the store's workers first)."""
     from .store.sql.migrate import migrate

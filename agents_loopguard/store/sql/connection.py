@@ -109,12 +109,19 @@ def database_url(url: str | URL | None = None) -> URL:
     'postgresql+psycopg://app@db.internal/agents'
     >>> database_url("sqlite:///var/loopguard.db").database
     'var/loopguard.db'
+    >>> database_url("/tmp/x.db").render_as_string()  # a path is a SQLite file
+    'sqlite:////tmp/x.db'
     """
     raw = url if url is not None else (os.environ.get(ENV_URL) or DEFAULT_URL)
+    if isinstance(raw, str) and "://" not in raw and raw.strip():  # a path: the SQLite file there
+        raw = f"sqlite:///{Path(raw).expanduser()}"
     try:
         parsed = make_url(raw)
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot parse the database URL: {exc}") from None
+        raise StoreError(
+            f"cannot parse the database URL ({exc}): give a SQLite file's path (.loopguard/loopguard.db), "
+            "sqlite:///path/to/file.db, or postgresql+psycopg://user@host:5432/dbname"
+        ) from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend in ("postgresql", "postgres"):
         if driver not in ("", "psycopg"):
