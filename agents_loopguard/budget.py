@@ -13,9 +13,8 @@ from typing import Any
 
 __all__ = ["MAX_LIMIT", "TOKEN_LIMITS", "Budget", "Policy"]
 
-MAX_LIMIT = 2**53 - 1
-"""The largest count limit: every store (64-bit integers) and every JSON reader keeps it exactly, with room for the
-reservations above it."""
+MAX_LIMIT = 2**63 - 1
+"""The largest count limit: what every store's 64-bit integer columns hold exactly (SQLite, PostgreSQL BIGINT)."""
 
 TOKEN_LIMITS = ("input_tokens", "output_tokens", "total_tokens")
 """The token limits of a :class:`Budget` (reserved before a request, settled with the reported usage)."""

@@ -125,9 +125,9 @@ def test_a_lone_surrogate_in_a_task_id_is_bad_input(
         assert store.tasks() == []
 
 
-@pytest.mark.parametrize("limit", [2**53, 2**63, 2**70])
+@pytest.mark.parametrize("limit", [2**63, 2**64, 2**70])
 def test_a_limit_no_store_can_hold_is_refused_before_the_store(limit: int) -> None:
-    with pytest.raises(ValueError, match="from 0 to 9007199254740991"):
+    with pytest.raises(ValueError, match="from 0 to 9223372036854775807"):
         Budget(model_turns=limit, tool_executions=1)
     with pytest.raises(ValueError, match="from 0 to"):
         Budget(model_turns=1, tool_executions=1, total_tokens=limit)
@@ -145,7 +145,7 @@ def test_a_recovery_beyond_the_largest_limit_is_bad_input(tmp_path: Path) -> Non
         done = loopguard(
             "--db", f"sqlite:///{db}", "recover", "t-big", "--who", "me", "--why", "w", option, "9" * 23, cwd=tmp_path
         )
-        assert_one_line(done, 2, "from 0 to 9007199254740991")
+        assert_one_line(done, 2, "from 0 to 9223372036854775807")
     with SQLStore(f"sqlite:///{db}", readonly=True) as store:
         task = store.task("t-big")
         assert task is not None and task.budget == Budget(model_turns=1, tool_executions=1) and task.status == "stopped"

@@ -113,8 +113,8 @@ def database_url(url: str | URL | None = None) -> URL:
     'sqlite:////tmp/x.db'
     """
     raw = url if url is not None else (os.environ.get(ENV_URL) or DEFAULT_URL)
-    if isinstance(raw, str) and "://" not in raw and raw.strip():  # a path: the SQLite file there
-        raw = f"sqlite:///{Path(raw).expanduser()}"
+    if isinstance(raw, str) and "://" not in raw and ("/" in raw or raw.endswith((".db", ".sqlite3"))):
+        raw = f"sqlite:///{Path(raw).expanduser()}"  # a path: the SQLite file there
     try:
         parsed = make_url(raw)
     except SQLAlchemyError as exc:
