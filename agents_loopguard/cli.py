@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +38,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts (before or after the command).")]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", metavar="", help="Print JSON for scripts (before or after the command).")
+]
 
 
 class _State:
@@ -77,7 +80,8 @@ def _options(
     ] = None,
     as_json: JsonFlag = False,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option("--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     _state.url, _state.json, _state.store = db, _state.json or as_json, None
@@ -338,6 +342,8 @@ def show(
         _show_summary(view)
         _show_tables(view)
         typer.echo(f"\nallowed next actions: {', '.join(view['allowed_next_actions']) or '-'}")
+        for step in view.get("next_steps", []):
+            typer.echo(f"  - {step}")
 
     _emit(view, human)
 
@@ -469,7 +475,8 @@ def reconcile_cmd(
     why: Annotated[str, typer.Option(help="Evidence: what the receiver answered.")] = "",
     result: Annotated[str | None, typer.Option(help="The receiver's result, as JSON (for committed).")] = None,
     correct: Annotated[
-        bool, typer.Option("--correct", help="Correct the ledger: the receiver contradicts its known state.")
+        bool,
+        typer.Option("--correct", metavar="", help="Correct the ledger: the receiver contradicts its known state."),
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -504,8 +511,12 @@ def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[
 def approve(
     pause_id: str,
     who: Annotated[str, typer.Option(help="Who approves.")],
-    call: Annotated[list[str] | None, typer.Option(help="Approve only this call id (repeatable).")] = None,
-    reject_call: Annotated[list[str] | None, typer.Option("--reject", help="Reject this call id (repeatable).")] = None,
+    call: Annotated[
+        list[str] | None, typer.Option(metavar="CALL_ID", help="Approve only this call id (repeatable).")
+    ] = None,
+    reject_call: Annotated[
+        list[str] | None, typer.Option("--reject", metavar="CALL_ID", help="Reject this call id (repeatable).")
+    ] = None,
     why: Annotated[str, typer.Option(help="Why.")] = "",
     as_json: JsonFlag = False,
 ) -> None:
@@ -518,7 +529,9 @@ def approve(
 def reject(
     pause_id: str,
     who: Annotated[str, typer.Option(help="Who rejects.")],
-    call: Annotated[list[str] | None, typer.Option(help="Reject only this call id (repeatable).")] = None,
+    call: Annotated[
+        list[str] | None, typer.Option(metavar="CALL_ID", help="Reject only this call id (repeatable).")
+    ] = None,
     why: Annotated[str, typer.Option(help="Why.")] = "",
     as_json: JsonFlag = False,
 ) -> None:
@@ -590,7 +603,7 @@ def serve_cmd(
     ),
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8765,
     secure_cookies: Annotated[
-        bool, typer.Option(help="Send the console's session cookie over HTTPS only (behind TLS).")
+        bool, typer.Option(metavar="", help="Send the console's session cookie over HTTPS only (behind TLS).")
     ] = False,
     log_level: Annotated[str, typer.Option(help="Uvicorn's log level.")] = "info",
 ) -> None:
@@ -624,7 +637,20 @@ def _fail(error: BaseException) -> int:
     return exit_code(error)
 
 
+def _not_text(args: list[str]) -> InputError | None:
+    """An argument that is not valid UTF-8 (the shell passed bytes; Python kept them as lone surrogates)."""
+    for number, arg in enumerate(args, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = os.fsencode(arg)
+            return InputError(f"argument {number} ({raw!r}) is not valid UTF-8 text: ids, names and reasons are text")
+    return None
+
+
 def _run(args: list[str]) -> int:
+    if (bad := _not_text(args)) is not None:
+        return _fail(bad)
     try:
         code = app(args=args, prog_name="loopguard", standalone_mode=False)
     except typer.TyperException as exc:  # usage: a missing option, a bad value, an unknown command
@@ -648,7 +674,7 @@ def _run(args: list[str]) -> int:
 
 @app.command("migrate")
 def migrate_cmd(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the SQL and change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", metavar="", help="Print the SQL and change nothing.")] = False,
 ) -> None:
     """Bring the store's schema to this agents_loopguard's version (stop the store's workers first)."""
     from .store.sql.migrate import migrate

@@ -175,7 +175,8 @@ def test_task_view_of_a_running_task_offers_stop_until_it_is_marked(store: Store
     Guard(budget=Budget(3, 3), store=store, task_id="t-run").begin_turn()
     assert task_view(store, "t-run")["allowed_next_actions"] == ["stop"]
     stop_task(store, "t-run", reason="ops", who="ana")
-    assert task_view(store, "t-run")["allowed_next_actions"] == []
+    view = task_view(store, "t-run")  # its worker stops at its next dispatch, or died: reopening is a decision
+    assert view["allowed_next_actions"] == ["recover"] and "loopguard recover t-run" in view["next_steps"][0]
 
 
 def test_unknown_ids_are_not_found(store: Store) -> None:

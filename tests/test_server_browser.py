@@ -133,3 +133,33 @@ def test_log_in_approve_in_the_inbox_and_watch_another_process_resume(chromium: 
         if worker.poll() is None:
             worker.kill()
         store.close()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("path", ["/", "/pauses/{pause_id}"], ids=["inbox", "pause"])
+def test_on_a_phone_no_column_of_a_pending_call_is_cut(chromium: Any, db: str, path: str) -> None:
+    """A 390 px viewport (a phone): every cell of a pending call, the call id last, lies inside the page."""
+    paused = finished(example("pause", "--db", db, "--task", "ticket-390", "--note", "refund it", "--json"))
+    store = SQLStore(db)
+    try:
+        with LiveServer(create_app(store, CONFIG)) as server:
+            context = chromium.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
+            page = context.new_page()
+            page.goto(f"{server.url}/login")
+            page.fill("input[name=token]", SECRETS["ana"])
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{server.url}/")
+            page.goto(server.url + path.format(pause_id=paused["pause_id"]))
+            call = page.locator("table.calls td.call code").first
+            assert call.inner_text() == "call-refund"
+            width = page.evaluate("document.documentElement.clientWidth")
+            for cell in page.locator("table.calls td").all():
+                box = cell.bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5, cell.inner_text()
+            cut = page.evaluate(
+                "[...document.querySelectorAll('.card')].filter(c => c.scrollWidth > c.clientWidth + 1).length"
+            )
+            assert cut == 0, "a card scrolls sideways: a column is cut off"
+            context.close()
+    finally:
+        store.close()

@@ -322,7 +322,7 @@ def test_credentials_assigned_in_free_text_are_redacted() -> None:
 
     text = 'login failed: password="hunter2" host=db; access_token=abc&page=2 api_key=zz'
     assert (
-        redact(text) == 'login failed: password=[redacted]" host=db; access_token=[redacted]&page=2 api_key=[redacted]'
+        redact(text) == 'login failed: password="[redacted]" host=db; access_token=[redacted]&page=2 api_key=[redacted]'
     )
     assert redact("passwords=3 tokens=4 and a token") == "passwords=3 tokens=4 and a token"
 

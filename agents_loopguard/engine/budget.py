@@ -11,10 +11,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TOKEN_LIMITS", "Budget", "Policy"]
+__all__ = ["MAX_LIMIT", "TOKEN_LIMITS", "Budget", "Policy"]
+
+MAX_LIMIT = 2**63 - 1
+"""The largest count limit: what every store's 64-bit integer columns hold exactly (SQLite, PostgreSQL BIGINT)."""
 
 TOKEN_LIMITS = ("input_tokens", "output_tokens", "total_tokens")
 """The token limits of a :class:`Budget` (reserved before a request, settled with the reported usage)."""
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_LIMIT
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,12 @@ class Budget:
     def __post_init__(self) -> None:
         for name in ("model_turns", "tool_executions"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"Budget.{name} must be a non-negative int, got {value!r}")
+            if not _is_count(value):
+                raise ValueError(f"Budget.{name} must be an int from 0 to {MAX_LIMIT}, got {value!r}")
         for name in TOKEN_LIMITS:
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"Budget.{name} must be a non-negative int or None, got {value!r}")
+            if value is not None and not _is_count(value):
+                raise ValueError(f"Budget.{name} must be an int from 0 to {MAX_LIMIT} or None, got {value!r}")
         if self.deadline is not None and (isinstance(self.deadline, bool) or not math.isfinite(self.deadline)):
             raise ValueError(f"Budget.deadline must be a finite number or None, got {self.deadline!r}")
         if self.cost is not None and (not math.isfinite(self.cost) or self.cost < 0):
@@ -68,8 +75,8 @@ class Budget:
             raise ValueError(f"budget extension has unknown keys {sorted(unknown)}")
         for key in ("model_turns", "tool_executions", "cost", *TOKEN_LIMITS):
             value = delta.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"budget extension {key!r} must be a non-negative number (limits only grow)")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"budget extension {key!r} must be a non-negative finite number (limits only grow)")
         if "cost" in delta:
             cost: float | None = (self.cost or 0.0) + float(delta["cost"])
         else:

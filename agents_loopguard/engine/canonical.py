@@ -456,11 +456,25 @@ _SECRET_KEYS = frozenset(
 )
 _SECRET_SUFFIXES = (
     "password",
+    "passwd",
+    "pwd",
+    "passphrase",
     "secret",
     "apikey",
+    "secretkey",
+    "accesskey",
+    "secretaccesskey",
     "accesstoken",
     "refreshtoken",
     "authtoken",
+    "apitoken",
+    "oauthtoken",
+    "bearertoken",
+    "githubtoken",
+    "gitlabtoken",
+    "slacktoken",
+    "bottoken",
+    "npmtoken",
     "sessiontoken",
     "idtoken",
     "privatekey",
@@ -468,13 +482,41 @@ _SECRET_SUFFIXES = (
     "cookie",
     "signature",
 )
+"""A key is a credential's when, lowercased without separators, it is one of ``_SECRET_KEYS`` or ends with one of
+these (``db_password``, ``x-api-key``, ``aws_secret_access_key``, ``GITHUB_TOKEN`` is ``githubtoken``: see
+``_is_secret_key``). The same rule judges a dict's keys and ``key=value`` pairs in text."""
+
+_ASSIGNMENT = re.compile(
+    r"(?<![\w-])(?P<key>[A-Za-z][\w.-]{0,63}?)(?P<close>\\?[\"']?)(?P<sep>[ \t]*(?::=|=>|==?|:)[ \t]*)"
+    r"(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"])*\\?\"|'[^'\n]*'|"
+    r"(?:(?:bearer|basic|token|digest|negotiate|bot)[ \t]+(?=\S))?(?:\[redacted\]|[^\s,;&'\"<>(){}\[\]]+))",
+    re.IGNORECASE,
+)
+"""``key = value`` in free text (error messages, headers, connection and query strings, JSON quoted in a string):
+``:``, ``=``, ``:=``, ``=>``, spaces around them, a quoted value (with its spaces, or JSON's escaped quotes) or a bare
+one, an ``Authorization`` scheme before it. The value goes when the key is a credential's; the key stays."""
+
 _SECRET_TEXT = re.compile(
     r"(?i:\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,})"  # Authorization header values
-    r"|\bsk-[A-Za-z0-9_-]{12,}"  # API keys in the sk- format
     r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"  # user:password@ in URLs
+    r"|-----BEGIN[A-Z ]{0,20} PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z ]{0,20} PRIVATE KEY(?: BLOCK)?-----|\Z)"
+    # provider formats, after detect-secrets' plugins (Yelp, Apache-2.0) and gitleaks' rules (MIT):
+    r"|\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"  # AWS access key ids
+    r"|\bgh[pousr]_[A-Za-z0-9_]{36,255}\b"  # GitHub tokens
+    r"|\bgithub_pat_[A-Za-z0-9_]{22,255}\b"  # GitHub fine-grained tokens (gitleaks)
+    r"|\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,247}\b"  # Stripe secret and restricted keys
+    r"|\bsk-[A-Za-z0-9_-]{12,}"  # OpenAI and other sk- keys
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|\bgl(?:pat|dt|ft|soat|rt|cbt|ptt)-[A-Za-z0-9_-]{20,64}"  # GitLab tokens
+    r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys (gitleaks)
+    r"|\bnpm_[A-Za-z0-9]{36}\b"  # npm tokens
+    r"|\bpypi-AgE[A-Za-z0-9_-]{50,}"  # PyPI tokens
+    r"|\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"  # SendGrid keys
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JSON web tokens
+    re.DOTALL,
 )
-_SECRET_ASSIGNMENT = re.compile(r"(?i)(password|passwd|pwd|api_?key|token|secret)=[\"']?[^\s,;&'\"]+")
-"""``password=...`` in free text (error messages, connection strings, query strings): the value goes, the key stays."""
+"""Credentials recognised by their shape, wherever they appear. Measured with the corpus of
+``benchmarks/bench_redaction.py`` (docs/store.md#what-is-redacted)."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -483,13 +525,47 @@ def _is_secret_key(key: str) -> bool:
     return norm in _SECRET_KEYS or norm.endswith(_SECRET_SUFFIXES)
 
 
+def _redact_assignments(text: str) -> str:
+    """Each ``key = value`` whose key is a credential's loses its value; any other pair is passed over without
+    consuming its value (``failed: password=x`` still finds ``password``)."""
+    parts: list[str] = []
+    pos = 0
+    while (match := _ASSIGNMENT.search(text, pos)) is not None:
+        if not _is_secret_key(match["key"]):
+            parts.append(text[pos : match.end("sep")])
+            pos = match.end("sep")
+            continue
+        value = match["value"]
+        quote = value[: len(value) - len(value.lstrip("\\\"'"))]
+        parts.append(text[pos : match.start("value")] + (f"{quote}{REDACTED}{quote}" if quote else REDACTED))
+        pos = match.end()
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
 def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    if "=" in text:
-        text = _SECRET_ASSIGNMENT.sub(rf"\1={REDACTED}", text)
-    return _SECRET_TEXT.sub(REDACTED, text)
+    if "=" in text or ":" in text:
+        text = _redact_assignments(text)
+    text = _SECRET_TEXT.sub(REDACTED, text)
+    if text[:1] in ("{", "[") or text[-1:] in ("}", "]"):
+        text = _redact_json_text(text, secrets)
+    return text
+
+
+def _redact_json_text(text: str, secrets: tuple[str, ...]) -> str:
+    """A string that holds a JSON object or array is redacted as that JSON (a credential's key hides its whole value,
+    nested objects included); one that does not parse, or needs nothing more, is returned as it is."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(parsed, (dict, list)):
+        return text
+    cleaned = _redact(parsed, secrets, 1)
+    return text if cleaned == parsed else json.dumps(cleaned, ensure_ascii=False, separators=(",", ":"))
 
 
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:

@@ -162,7 +162,7 @@ class Ending:
             final_output=self.storable(final_output) if final_output is not None else None,
             result=result,
         )
-        record = outcome.record().to_dict()
+        record = outcome.record(secrets=self.secrets).to_dict()
         kept = self.store.finish(self.task_id, record, now=self._now())
         if kept != record:  # another worker ended the task first: its outcome is the task's
             try:

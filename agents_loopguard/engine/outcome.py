@@ -8,11 +8,14 @@ document an operator or a later process reads to decide what to do next.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+
+from .canonical import redact
 
 __all__ = [
     "NextAction",
@@ -188,13 +191,15 @@ class Outcome:
         """True only for ``completed``."""
         return self.status is Status.COMPLETED
 
-    def record(self) -> RecoveryRecord:
-        """The recovery record of this outcome."""
+    def record(self, *, secrets: Iterable[str] = ()) -> RecoveryRecord:
+        """The recovery record of this outcome; its ``validated_value`` is :attr:`value` redacted (``secrets`` are
+        the application's own, see :func:`~agents_loopguard.engine.canonical.redact`), so a rerun returns it."""
         return RecoveryRecord(
             task_id=self.task_id,
             status=self.status,
             reason=self.reason,
             validated_revision=self.revision,
+            validated_value=redact(self.value, secrets=secrets),
             used=RecordUsage(
                 models=self.used.models,
                 tools=self.used.tools,
@@ -248,6 +253,8 @@ class RecoveryRecord(BaseModel):
     status: Status
     reason: Reason
     validated_revision: int = Field(ge=0)
+    validated_value: Any = None
+    """The last verified result (JSON, redacted): what ``deliver_verified`` delivers, and the value of a rerun."""
     used: RecordUsage
     operation_id: str | None = None
     allowed_next_actions: list[str]
@@ -281,12 +288,14 @@ class RecoveryRecord(BaseModel):
         return rec
 
     def to_outcome(self) -> Outcome:
-        """Rebuild the :class:`Outcome` (without value and adapter result, which records do not carry)."""
+        """Rebuild the :class:`Outcome` (its value as stored; without the adapter's result, which records do not
+        carry)."""
         return Outcome(
             status=self.status,
             reason=self.reason,
             task_id=self.task_id,
             revision=self.validated_revision,
+            value=self.validated_value,
             used=Usage(
                 self.used.models, self.used.tools, self.used.cost, self.used.input_tokens, self.used.output_tokens
             ),

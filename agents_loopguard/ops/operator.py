@@ -85,7 +85,10 @@ def iso_time(ts: float | None) -> str | None:
     """
     if not ts or not math.isfinite(ts):
         return None
-    moment = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    try:
+        moment = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # a damaged row: say so, and show the rest
+        return f"{ts!r} (not a time)"
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -310,9 +313,9 @@ def task_view(store: Store, task_id: str, *, limit: int | None = None) -> dict[s
     task = _task(store, task_id)
     trace = store.trace(task_id)
     shown = trace if limit is None else trace[len(trace) - min(limit, len(trace)) :]
-    record_error = None
+    record_error, steps = None, list[str]()
     if task.outcome is None:
-        actions = [] if task.stop_reason else ["stop"]
+        actions, steps = _running_actions(task, _unknown_writes(store, task_id))
     else:
         try:
             actions = [str(a) for a in _record(task).allowed_next_actions]
@@ -327,7 +330,29 @@ def task_view(store: Store, task_id: str, *, limit: int | None = None) -> dict[s
         "pauses": [_pause(p, store) for p in store.pauses(task_id)],
         "transitions": [_transition(t) for t in store.transitions(task_id)],
         "allowed_next_actions": actions,
+        "next_steps": steps,
     }
+
+
+def _running_actions(task: TaskSnapshot, unknown: list[str]) -> tuple[list[str], list[str]]:
+    """What an operator can do with a task that has no outcome (running, or its worker died without one), and
+    the commands of that path: a write whose effect is unknown is reconciled first, then the task is recovered."""
+    reopen = f"reopen the task by a recorded decision: loopguard recover {task.task_id} --who W --why ..."
+    if not unknown:  # marked: a live worker stops at its next dispatch; a dead one never will
+        return (["recover"], [f"once no worker runs it, {reopen}"]) if task.stop_reason else (["stop"], [])
+    ops = ", ".join(unknown)
+    steps = [
+        f"ask the receiver about {ops}, then record its answer: loopguard reconcile {unknown[0]} "
+        "committed|not_committed --who W",
+        f"then {reopen}",
+    ]
+    if task.stop_reason:
+        return ["query_operation_status"], steps
+    first = (
+        f"no outcome is stored and {ops} has an unknown effect: if its worker died (a kill during the run or an "
+        f"approved resume), set the stop mark so that no worker continues it: loopguard stop {task.task_id}"
+    )
+    return ["stop", "query_operation_status"], [first, *steps]
 
 
 def pause_view(store: Store, pause_id: str) -> dict[str, Any]:

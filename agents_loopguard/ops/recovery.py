@@ -248,7 +248,7 @@ def recover(
     status = task.status
     if status == "running" and task.stop_reason is None:
         raise RecoveryRefused(f"task {task_id!r} is running: there is nothing to recover")
-    if status == str(Status.NEEDS_RECONCILIATION):
+    if status in ("running", str(Status.NEEDS_RECONCILIATION)):  # running: stopped by its mark, worker gone
         _refuse_unknown(store, task_id, task.outcome)
     if status == str(Status.NEEDS_HUMAN):
         raise RecoveryRefused(f"task {task_id!r} waits for a human: decide on its pause instead")

@@ -9,7 +9,9 @@ one line to the file named by ``$PAUSE_APP_SENT``, so a test counts real executi
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from agents import Agent, set_tracing_disabled
@@ -22,6 +24,8 @@ set_tracing_disabled(True)
 
 SENT_ENV = "PAUSE_APP_SENT"
 """The refund receiver's journal: one line per execution of the write's body."""
+HANG_ENV = "PAUSE_APP_HANG"
+"""A file the refund's body creates after the receiver got the refund, before it hangs (for a test that kills it)."""
 
 
 def _journal(line: str) -> None:
@@ -60,6 +64,9 @@ def _refund_committed(args: dict[str, Any], output: Any) -> dict[str, Any]:
 def refund(order: int) -> str:
     """Refund an order (a human approves every refund)."""
     _journal(f"refund-order-{order} pid={os.getpid()}")
+    if hang := os.environ.get(HANG_ENV):  # the receiver got it; the answer never comes back (the worker is killed)
+        Path(hang).touch()
+        time.sleep(600)
     return f"refunded order {order}"
 
 

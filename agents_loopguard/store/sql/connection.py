@@ -32,7 +32,15 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ...engine.errors import NotFoundError, StoreError
-from .faults import connection_lost, database_fault, folder_fault, one_line, open_fault
+from .faults import (
+    connection_lost,
+    damaged_text,
+    database_fault,
+    folder_fault,
+    one_line,
+    open_fault,
+    unicode_fault,
+)
 from .pipeline import QUEUE as _QUEUE
 from .pipeline import Pipelined as _Pipelined
 from .pipeline import pipeline_syncs as _pipeline_syncs
@@ -109,12 +117,19 @@ def database_url(url: str | URL | None = None) -> URL:
     'postgresql+psycopg://app@db.internal/agents'
     >>> database_url("sqlite:///var/loopguard.db").database
     'var/loopguard.db'
+    >>> database_url("/tmp/x.db").render_as_string()  # a path is a SQLite file
+    'sqlite:////tmp/x.db'
     """
     raw = url if url is not None else (os.environ.get(ENV_URL) or DEFAULT_URL)
+    if isinstance(raw, str) and "://" not in raw and ("/" in raw or raw.endswith((".db", ".sqlite3"))):
+        raw = f"sqlite:///{Path(raw).expanduser()}"  # a path: the SQLite file there
     try:
         parsed = make_url(raw)
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot parse the database URL: {exc}") from None
+        raise StoreError(
+            f"cannot parse the database URL ({exc}): give a SQLite file's path (.loopguard/loopguard.db), "
+            "sqlite:///path/to/file.db, or postgresql+psycopg://user@host:5432/dbname"
+        ) from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend in ("postgresql", "postgres"):
         if driver not in ("", "psycopg"):
@@ -386,6 +401,12 @@ class Database:
         PostgreSQL queued on ``task``'s advisory lock, see :data:`_PG_QUEUE_SECONDS`), and (SQLite) waits for the
         write lock of another process up to :data:`SQLITE_BUSY_TIMEOUT_MS`. A database fault is a
         :class:`~agents_loopguard.StoreError` (the step rolled back)."""
+        try:
+            return self._steps(work, transaction=transaction, durable=durable, task=task)
+        except UnicodeError as exc:  # a damaged file's undecodable error text, or a lone surrogate sent (rolled back)
+            raise unicode_fault(self.name, self.where, exc) from None
+
+    def _steps(self, work: Callable[[Any], T], *, transaction: bool, durable: bool, task: str | None) -> T:
         busy_until = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
         key = _lock_key(task) if self.postgres and task is not None else None
         attempt = 0
@@ -510,7 +531,7 @@ class Database:
             self.engine.dispose(close=False)  # the parent's pooled connections stay the parent's
         try:
             conn = self.engine.connect()
-        except (SQLAlchemyError, OSError) as exc:
+        except (SQLAlchemyError, OSError, UnicodeDecodeError) as exc:
             raise open_fault(self.name, self.where, exc, path=self.path) from exc
         try:
             if not self._ready:
@@ -519,6 +540,8 @@ class Database:
             with contextlib.suppress(Exception):
                 conn.invalidate()
                 conn.close()
+            if isinstance(exc, UnicodeDecodeError):
+                raise damaged_text(self.name, self.where, exc) from exc
             if isinstance(exc, (SQLAlchemyError, self._dbapi_error)):
                 raise self._error(getattr(exc, "orig", None) or exc) from exc
             raise
@@ -594,7 +617,9 @@ class Database:
 
 def _lock_key(task: str) -> int:
     """A task's PostgreSQL advisory lock key (a signed 64-bit hash; a collision only makes two tasks queue)."""
-    return int.from_bytes(hashlib.blake2b(f"loopguard:{task}".encode(), digest_size=8).digest(), "big", signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(f"loopguard:{task}".encode(errors="surrogatepass"), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def _wal(dbapi_connection: Any) -> None:

@@ -13,9 +13,17 @@ import errno
 import os
 from pathlib import Path
 
-from ...engine.errors import StoreError
+from ...engine.errors import InputError, StoreError
 
-__all__ = ["connection_lost", "database_fault", "folder_fault", "one_line", "open_fault"]
+__all__ = [
+    "connection_lost",
+    "damaged_text",
+    "database_fault",
+    "folder_fault",
+    "one_line",
+    "open_fault",
+    "unicode_fault",
+]
 
 _SQLITE_HINTS = {
     3: "this process may not access it (permission denied)",  # SQLITE_PERM
@@ -58,9 +66,32 @@ def folder_fault(name: str, folder: Path, exc: OSError) -> StoreError:
     return StoreError(f"{name}: {problem}")
 
 
+def damaged_text(name: str, where: str, exc: UnicodeDecodeError) -> StoreError:
+    """The error of a SQLite file whose schema or messages are not valid UTF-8: bytes were flipped in it (the
+    driver fails to decode SQLite's own error text, so its code is lost)."""
+    return StoreError(
+        f"{name}: {where}: the file is damaged (it holds bytes that are not valid UTF-8 at offset {exc.start} of "
+        "a text SQLite returned): restore it from a backup, or check it with `sqlite3 FILE 'PRAGMA integrity_check'`"
+    )
+
+
+def unicode_fault(name: str, where: str, exc: UnicodeError) -> StoreError:
+    """A step that failed on text: SQLite's error text about a damaged file that cannot be decoded, or a value sent
+    to the store with a lone surrogate (bad input: nothing was stored)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return damaged_text(name, where, exc)
+    start = getattr(exc, "start", "?")
+    return InputError(
+        f"{name}: a value given to the store is not valid Unicode text (a lone surrogate at position {start} of a "
+        "string): nothing was stored"
+    )
+
+
 def open_fault(name: str, where: str, exc: BaseException, *, path: Path | None) -> StoreError:
     """The error of a database that cannot be opened (a SQLite file) or reached (a PostgreSQL server)."""
     cause = getattr(exc, "orig", None) or exc
+    if isinstance(cause, UnicodeDecodeError):
+        return damaged_text(name, where, cause)
     if path is None:
         return StoreError(f"{name}: cannot connect: {_reason(cause)}")
     if path.is_dir():

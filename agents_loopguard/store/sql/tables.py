@@ -14,6 +14,7 @@ from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from ...engine.budget import Budget
+from ...engine.errors import StoreError
 from ...engine.outcome import Reason, Usage
 from ..base import (
     Activation,
@@ -260,7 +261,13 @@ def dumps(value: Any) -> str | None:
 
 
 def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """A stored JSON value; one that no longer parses (a damaged file) is a one-line :class:`StoreError`."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"the store holds a damaged JSON value ({exc}): restore the database from a backup") from None
 
 
 def usage(row: Any, prefix: str = "") -> Usage:
@@ -385,13 +392,13 @@ def pause(row: Any) -> PauseRecord:
         status=row["status"],
         state=row["state"],
         digest=row["digest"],
-        pending_calls=tuple(json.loads(row["pending_calls"])),
+        pending_calls=tuple(loads(row["pending_calls"])),
         budget=budget(row),
         used=usage(row),
         created_at=float(row["created_at"]),
         resumed_at=row["resumed_at"],
         resumed_by=row["resumed_by"],
-        decisions=json.loads(row["decisions"]),
+        decisions=loads(row["decisions"]),
         decided_by=row["decided_by"],
         decisions_digest=row["decisions_digest"],
         decided_why=row["decided_why"] or "",
@@ -409,8 +416,8 @@ def transition(row: Any) -> TransitionRecord:
         at=float(row["at"]),
         pause_id=row["pause_id"],
         from_outcome=loads(row["from_outcome"]),
-        decisions=json.loads(row["decisions"]),
-        budget_delta=json.loads(row["budget_delta"]),
+        decisions=loads(row["decisions"]),
+        budget_delta=loads(row["budget_delta"]),
         operation_id=row["operation_id"],
     )
 
