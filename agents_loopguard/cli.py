@@ -21,10 +21,8 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
+from . import views
 from .engine.errors import InputError, LoopguardError, NotFoundError, StoreError, error_kind, exit_code
 from .ops import operator
 from .store.base import OperationState, Store
@@ -149,59 +147,6 @@ def _emit(data: Any, human: Callable[[], None]) -> None:
         human()
 
 
-def _console() -> Console:
-    console = Console(highlight=False, soft_wrap=True)
-    if not console.is_terminal:  # piped: no colour (Rich's default) and no wrapping at an imagined width
-        console = Console(highlight=False, soft_wrap=True, width=10_000)
-    return console
-
-
-def _table(
-    title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]], *, free: Sequence[str] = ()
-) -> None:
-    """Print a table; on a terminal too narrow for it, the ``free`` text columns fold and the others stay whole."""
-    console = _console()
-    if title:
-        typer.echo()
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD if console.is_terminal else None,
-        padding=(0, 1, 0, 0),
-        pad_edge=False,
-        show_edge=False,
-        header_style="bold" if console.is_terminal else "",
-    )
-    for header in headers:
-        if header in free:
-            table.add_column(header, overflow="fold")
-        else:
-            table.add_column(header, overflow="ellipsis", no_wrap=True)
-    for row in rows:
-        table.add_row(*("-" if cell is None else str(cell) for cell in row))
-    if console.is_terminal:
-        console.print(table)
-        return
-    with console.capture() as captured:
-        console.print(table)
-    typer.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
-
-
-def _short(value: Any, width: int = 48) -> str | None:
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _of(row: dict[str, Any], key: str) -> str:
-    return f"{row['used'][key]:g}/{row['limits'][key]:g}" if row["limits"][key] is not None else "-"
-
-
-def _one_line(text: str) -> str:
-    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
-
-
 # --- views ------------------------------------------------------------------------------------------------
 
 
@@ -223,7 +168,7 @@ def list_tasks(
             return
         costs = any(r["limits"]["cost"] is not None for r in rows)
         headers = ["task", "status", "reason", "turns", "tools", *(["cost"] if costs else []), "revision"]
-        _table(
+        views.table(
             None,
             [*headers, "stop mark", "updated"],
             [
@@ -231,9 +176,9 @@ def list_tasks(
                     r["task_id"],
                     r["status"],
                     r["reason"],
-                    _of(r, "models"),
-                    _of(r, "tools"),
-                    *([_of(r, "cost")] if costs else []),
+                    views.of(r, "models"),
+                    views.of(r, "tools"),
+                    *([views.of(r, "cost")] if costs else []),
                     r["revision"],
                     r["stop_mark"],
                     r["updated_at"],
@@ -244,87 +189,6 @@ def list_tasks(
         )
 
     _emit(rows, human)
-
-
-def _show_summary(view: dict[str, Any]) -> None:
-    task = view["task"]
-    used, limits, left = task["used"], task["limits"], task["left"]
-    outcome = task["outcome"] or {}
-    typer.echo(f"task {task['task_id']}: {task['status']}" + (f" / {outcome['reason']}" if outcome else ""))
-    if outcome.get("detail"):
-        typer.echo(f"  {outcome['detail']}")
-    if view["record_error"]:
-        typer.echo(f"  stored record refused: {view['record_error']}")
-    typer.echo(f"  model turns      {used['models']} of {limits['models']} ({left['models']} left)")
-    typer.echo(f"  tool executions  {used['tools']} of {limits['tools']} ({left['tools']} left)")
-    if limits["cost"] is not None:
-        typer.echo(f"  cost             {used['cost']:.6f} of {limits['cost']:.6f} ({left['cost']:.6f} left)")
-    if task["deadline"] is not None:
-        typer.echo(f"  deadline         {task['deadline']}")
-    typer.echo(f"  revision         {task['revision']} (stalled {task['stalled']})")
-    typer.echo(f"  stop mark        {task['stop_mark'] or '-'}")
-    typer.echo(f"  created          {task['created_at'] or '-'}   updated {task['updated_at'] or '-'}")
-
-
-def _show_tables(view: dict[str, Any]) -> None:
-    shown, total = len(view["timeline"]), view["timeline_total"]
-    _table(
-        "timeline" + (f" (the last {shown} of {total} steps)" if shown < total else ""),
-        ["seq", "at", "kind", "tool", "arguments", "result", "turns", "tools", "revision", "operation", "state"],
-        [
-            [
-                *(s["seq"], s["at"], s["kind"], s["tool"], _short(s["arguments"]), s["result_class"]),
-                *(s["models"], s["tools"], s["revision"], s["operation_id"], s["operation_state"]),
-            ]
-            for s in view["timeline"]
-        ],
-        free=("arguments", "result", "operation"),
-    )
-    if view["operations"]:
-        _table(
-            "operations",
-            ["operation", "tool", "state", "attempts", "result", "updated"],
-            [
-                [o["operation_id"], o["tool"], o["state"], o["attempts"], _short(o["result"]), o["updated_at"]]
-                for o in view["operations"]
-            ],
-            free=("operation", "result"),
-        )
-    if view["pauses"]:
-        _table(
-            "pauses",
-            ["pause", "status", "calls", "decisions", "decided by", "why", "decided", "resumed by", "created"],
-            [
-                [
-                    p["pause_id"],
-                    p["status"] + ("" if p["digest_ok"] else " (DIGEST MISMATCH)"),
-                    ", ".join(f"{c['call_id']}:{c['tool']}" for c in p["pending_calls"]),
-                    ", ".join(f"{k}={v}" for k, v in p["decisions"].items()) or None,
-                    *(p["decided_by"], p["decided_why"] or None, p["decided_at"], p["resumed_by"], p["created_at"]),
-                ]
-                for p in view["pauses"]
-            ],
-            free=("calls", "decisions", "why"),
-        )
-        _committed_notes(view["pauses"])
-    if view["transitions"]:
-        _table(
-            "transitions",
-            ["kind", "who", "why", "pause", "from", "extension", "at"],
-            [
-                [
-                    t["kind"],
-                    t["who"],
-                    t["why"],
-                    t["pause_id"],
-                    (t["from_outcome"] or {}).get("reason"),
-                    _short(t["budget_delta"]) if t["budget_delta"] else None,
-                    t["at"],
-                ]
-                for t in view["transitions"]
-            ],
-            free=("who", "why", "extension"),
-        )
 
 
 @app.command("show")
@@ -339,8 +203,8 @@ def show(
         view = operator.task_view(_store(reading=True), task_id, limit=limit)
 
     def human() -> None:
-        _show_summary(view)
-        _show_tables(view)
+        views.show_summary(view)
+        views.show_tables(view)
         typer.echo(f"\nallowed next actions: {', '.join(view['allowed_next_actions']) or '-'}")
         for step in view.get("next_steps", []):
             typer.echo(f"  - {step}")
@@ -357,31 +221,6 @@ def record(task_id: str, as_json: JsonFlag = False) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _committed_notes(pauses: list[dict[str, Any]]) -> None:
-    """Say under a pause's calls which of them would run nothing: their operation is already committed."""
-    for view in pauses:
-        for call in view["pending_calls"]:
-            if call["already_committed"] and view["status"] == "pending":
-                typer.echo(f"  note: {view['pause_id']} call {call['call_id']}: {call['already_committed']}")
-
-
-def _pause_lines(view: dict[str, Any]) -> None:
-    typer.echo(
-        f"pause {view['pause_id']} of task {view['task_id']}: {view['status']}"
-        + ("" if view["digest_ok"] else "  (DIGEST MISMATCH: refused)")
-    )
-    used, limits = view["used"], view["limits"]
-    typer.echo(
-        f"  stored with: {used['models']}/{limits['models']} model turns, "
-        f"{used['tools']}/{limits['tools']} tool executions"
-    )
-    if view["decided_by"]:
-        note = f": {view['decided_why']}" if view["decided_why"] else " (no note)"
-        typer.echo(f"  decided by {view['decided_by']} at {view['decided_at'] or '-'}{note}")
-    if view["resumed_by"]:
-        typer.echo(f"  resumed by {view['resumed_by']} at {view['resumed_at'] or '-'}")
-
-
 @app.command("pause")
 def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
     """Show a pause: its pending calls, the counters stored with it, its status, whether its digest matches."""
@@ -390,17 +229,17 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
         view = operator.pause_view(_store(reading=True), pause_id)
 
     def human() -> None:
-        _pause_lines(view)
-        _table(
+        views.pause_lines(view)
+        views.table(
             None,
             ["call", "tool", "operation", "arguments", "decision"],
             [
-                [c["call_id"], c["tool"], c["operation_id"], _short(c["arguments"], 80), c["decision"]]
+                [c["call_id"], c["tool"], c["operation_id"], views.short(c["arguments"], 80), c["decision"]]
                 for c in view["pending_calls"]
             ],
             free=("arguments",),
         )
-        _committed_notes([view])
+        views.committed_notes([view])
 
     _emit(view, human)
 
@@ -409,13 +248,13 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
 def list_pauses(as_json: JsonFlag = False) -> None:
     """List the pauses waiting for a decision, with what their task has left."""
     _json_flag(as_json)
-    views = operator.pending_pauses(_store(reading=True))
+    waiting = operator.pending_pauses(_store(reading=True))
 
     def human() -> None:
-        if not views:
+        if not waiting:
             typer.echo("no pause waits for a decision")
             return
-        _table(
+        views.table(
             None,
             ["pause", "task", "calls", "turns left", "tools left", "digest", "created"],
             [
@@ -428,13 +267,13 @@ def list_pauses(as_json: JsonFlag = False) -> None:
                     "ok" if v["digest_ok"] else "MISMATCH",
                     v["created_at"],
                 ]
-                for v in views
+                for v in waiting
             ],
             free=("pause", "task", "calls"),
         )
-        _committed_notes(views)
+        views.committed_notes(waiting)
 
-    _emit(views, human)
+    _emit(waiting, human)
 
 
 # --- actions ----------------------------------------------------------------------------------------------
@@ -629,7 +468,7 @@ def serve_cmd(
 
 def _fail(error: BaseException) -> int:
     """Report ``error`` (JSON on stdout under --json, else one line on stderr); return its exit code."""
-    message = _one_line(str(error)) or type(error).__name__
+    message = views.one_line(str(error)) or type(error).__name__
     if _state.json:
         typer.echo(json.dumps({"error": message, "kind": error_kind(error), "exit_code": exit_code(error)}))
     else:
