@@ -2,7 +2,8 @@
 
 ``nobody`` may not be able to read the checkout or its virtualenv (a clone in a ``mktemp -d`` folder is mode 0700),
 so the child runs the base interpreter on a copy, in a folder anyone may read, of what it imports: this package and
-the third-party modules it needs (found by importing them in a probe process). Made once per test process.
+the third-party modules it needs (found by importing them in a probe process), with the installed distributions'
+metadata (a module may read its own version at import). Made once per test process.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 
 _PROBE = """
-import json, sys, sysconfig
+import json, pathlib, sys, sysconfig
 import agents_loopguard, agents_loopguard.store, agents_loopguard.store.sql
 roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
 found = set()
@@ -30,6 +31,8 @@ for module in list(sys.modules.values()):
     for root in roots:
         if path.startswith(root + "/"):
             found.add(root + "/" + path[len(root) + 1 :].split("/")[0])
+for root in roots:  # the installed distributions' metadata: some modules read their own version at import
+    found.update(str(p) for p in pathlib.Path(root).glob("*.dist-info"))
 print(json.dumps(sorted(found)))
 """
 
