@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paired import freeze_heap
 
-from agents_loopguard import Budget, Guard, MemoryStore, Policy, Verdict, canonical
+from agents_loopguard import Budget, Guard, MemoryStore, Policy, Verdict
+from agents_loopguard.engine import canonical
 from agents_loopguard.engine.canonical import canonical_json
 
 try:
