@@ -163,6 +163,7 @@ class LoopGuard:
         self._owned: list[ModelProvider] = []
         self._max_turns_handled = False
         self._restored: RunState[Any] | None = None
+        self._composed = False
 
     @property
     def finished(self) -> Outcome | None:
@@ -196,12 +197,24 @@ class LoopGuard:
 
         return {**handlers, "max_turns": marked}
 
+    def compose(self, agent: Agent[Any]) -> Agent[Any]:
+        """The guarded copy of ``agent``, for a runner that wraps the agent itself before its ``Runner.run`` (a
+        durable engine's: its model step around the guarded model, its tool ordering around the guarded tools);
+        that runner's clone of the copy then runs as it is given (see :mod:`agents_loopguard.durable`)."""
+        self._composed = True
+        return guard_agent(agent)
+
+    @property
+    def composed(self) -> bool:
+        """True once :meth:`compose` made the copy the run is given."""
+        return self._composed
+
     async def enter(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> tuple[Agent[Any], Any]:
         """Called by the wrapped default agent runner when a ``Runner.run`` carries these hooks: the guarded copy
         of ``agent`` and the input restored against it; refused when the task already ended or the input is not
         the one this guard was built for."""
         self._check_entry(input)
-        copy = guard_agent(agent)
+        copy = agent if self._composed else guard_agent(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
         if isinstance(input, RunState) and input is not self._restored:  # the application's state stays as it was
@@ -211,7 +224,7 @@ class LoopGuard:
     async def restored(self, agent: Agent[Any], state: RunState[Any]) -> RunState[Any]:
         """``state`` restored against the guarded copies of ``agent``'s graph (the SDK resumes with the state's
         agents, matched by name), keeping its context; it becomes this guard's input."""
-        copy = guard_agent(agent)
+        copy = agent if self._composed else guard_agent(agent)
         context = state_context(state)
         if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
             restored: RunState[Any] = await RunState.from_json(copy, state.to_json())

@@ -1,0 +1,179 @@
+"""R17 on a real DBOS (dbos 3.4 + dbos-openai-agents 0.3) on our PostgreSQL: an Agents SDK agent in a
+``@DBOS.workflow``, guarded by ``run_guarded_dbos``, SIGKILLed at several points and recovered by DBOS in another
+process; then DBOS queue workers sharing one task budget.
+
+Every worker is a real OS process (tests/workers/dbos_worker.py); the model is the real ``openai`` client over HTTP
+against the scripted server in this process, so the requests the server received are counted here, not read back
+from the store under test. The one side effect is a line per refund body in ``writes.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents_loopguard.store import SQLStore
+from tests.conftest import libpq_url
+from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dynamic, final_text, tool_call
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
+
+WORKER = Path(__file__).parent / "workers" / "dbos_worker.py"
+SYSTEM_DATABASE = "loopguard_dbos"
+"""DBOS's system database: a database of its own on the test server (each test a schema of its own in it)."""
+
+POINTS = {  # kill point -> the outcome after DBOS recovered the workflow
+    "before-model-2": ("completed", "validated_done"),
+    "in-model-step": ("completed", "validated_done"),
+    "after-model-1": ("completed", "validated_done"),
+    "in-tool": ("needs_reconciliation", "unknown_commit"),
+    "in-verify": ("needs_reconciliation", "unknown_commit"),
+}
+ROUNDS = int(os.environ.get("LG_DBOS_ROUNDS", "4"))
+"""Rounds per kill point: 20 in all."""
+
+
+def _order_of(body: JSON) -> int:
+    text = json.dumps(body.get("messages", []))
+    found = re.search(r"refund order (\d+)", text)
+    assert found, f"a request without its order: {text[:200]}"
+    return int(found.group(1))
+
+
+def _answer(body: JSON) -> Step:
+    """The model: refund the order the user names, then answer once the tool's output is in the conversation."""
+    if any(message.get("role") == "tool" for message in body.get("messages", [])):
+        return final_text("refunded")
+    return tool_call("refund", {"order": _order_of(body)})
+
+
+@pytest.fixture
+def dbos_schema(postgres_url: str) -> Iterator[tuple[str, str]]:
+    """(DBOS's system database URL, a fresh schema for its tables), the schema dropped afterwards."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(postgres_url), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SYSTEM_DATABASE,)).fetchone()
+        if not exists:
+            try:
+                conn.execute(f'CREATE DATABASE "{SYSTEM_DATABASE}"')
+            except psycopg.errors.DuplicateDatabase:  # another test process made it first
+                pass
+    system_url = libpq_url(postgres_url).rsplit("/", 1)[0] + f"/{SYSTEM_DATABASE}"
+    schema = f"dbos_{uuid.uuid4().hex[:10]}"
+    try:
+        yield system_url, schema
+    finally:
+        with psycopg.connect(system_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+class Cluster:
+    """The scripted model server, DBOS's system database and the guard's store, shared by the worker processes."""
+
+    def __init__(self, server: ScriptedOpenAIServer, system: tuple[str, str], store_url: str, folder: Path) -> None:
+        self.server, self.store_url, self.folder = server, store_url, folder
+        self.system_url, self.system_schema = system
+
+    def config(self, mode: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "mode": mode,
+            "folder": str(self.folder),
+            "base_url": self.server.base_url,
+            "system_url": self.system_url,
+            "system_schema": self.system_schema,
+            "store_url": self.store_url,
+            **fields,
+        }
+
+    def start(self, mode: str, **fields: Any) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), json.dumps(self.config(mode, **fields))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+
+    def requests_by_order(self) -> Counter[int]:
+        bodies = [request.body for request in self.server.requests]
+        assert all(isinstance(body, dict) for body in bodies), [r.path for r in self.server.requests if not r.body]
+        return Counter(_order_of(body) for body in bodies)
+
+    def writes(self) -> Counter[str]:
+        log = self.folder / "writes.log"
+        return Counter(log.read_text().split()) if log.exists() else Counter()
+
+
+@pytest.fixture
+def cluster(dbos_schema: tuple[str, str], pg_schema_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    with ScriptedOpenAIServer([dynamic(_answer) for _ in range(400)]) as server:
+        store = SQLStore(pg_schema_url)  # the store's tables, made once before the workers race for them
+        store.close()
+        yield Cluster(server, dbos_schema, pg_schema_url, tmp_path)
+
+
+def _finished(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def _results(out: str) -> dict[str, dict[str, Any]]:
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {row["workflow_id"]: row for row in rows}
+
+
+def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
+    """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
+
+    20 rounds (4 per kill point): each workflow's worker (a DBOS executor of its own) is SIGKILLed at its point;
+    another process then recovers the dead executors' workflows, as DBOS does for a dead executor. Every refund body ran once, each task's model turns equal the requests the
+    server received for its order, and each outcome is the one its kill point leads to."""
+    rounds = [(point, n) for point in POINTS for n in range(ROUNDS)]
+    plan: dict[str, tuple[str, int]] = {}
+    for index, (point, _) in enumerate(rounds):
+        order = 1000 + index + int(uuid.uuid4().int % 10**6) * 100
+        workflow_id = f"wf-{uuid.uuid4().hex[:10]}"
+        plan[workflow_id] = (point, order)
+    pending = list(plan.items())
+    while pending:  # two killed workers at a time (2 cores)
+        batch, pending = pending[:2], pending[2:]
+        started = [
+            cluster.start("start", workflow_id=w, task_id=f"task-{w}", order=o, kill=p, executor=f"ex-{w}")
+            for w, (p, o) in batch
+        ]
+        for process in started:
+            code, _, err = _finished(process)
+            assert code == -9, f"the worker was to be killed, it exited {code}: {err[-2000:]}"
+    executors = [f"ex-{w}" for w in plan]
+    recovery = cluster.start("recover", workflow_ids=list(plan), executors=executors, executor=f"ex-{uuid.uuid4().hex[:8]}")
+    code, out, err = _finished(recovery, timeout=240)
+    assert code == 0, err[-3000:]
+    results = _results(out)
+    assert set(results) == set(plan)
+    requests, writes = cluster.requests_by_order(), cluster.writes()
+    store = SQLStore(cluster.store_url)
+    try:
+        for workflow_id, (point, order) in plan.items():
+            result = results[workflow_id]
+            assert writes[f"refund-{order}"] == 1, (point, writes[f"refund-{order}"])
+            trace = [(e.kind, e.tool, e.result_class) for e in store.trace(f"task-{workflow_id}")]
+            assert (result["status"], result["reason"]) == POINTS[point], (point, result, trace, requests[order])
+            task = store.task(f"task-{workflow_id}")
+            assert task is not None and task.used.models == requests[order] == result["models"], (point, requests[order], trace)
+            assert task.used.tools == 1, (point, task.used)
+            assert result["pid"] == recovery.pid, "the recovering process finished the workflow"
+    finally:
+        store.close()
+    assert sum(writes.values()) == len(plan)
