@@ -9,6 +9,7 @@ from the store under test. The one side effect is a line per refund body in ``wr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,9 +24,10 @@ from typing import Any
 
 import pytest
 
+from agents_loopguard import Budget
 from agents_loopguard.store import SQLStore
 from tests.conftest import libpq_url
-from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dynamic, final_text, tool_call
+from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dynamic, final_text, stall, tool_call
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -40,20 +42,32 @@ POINTS = {  # kill point -> the outcome after DBOS recovered the workflow
     "in-tool": ("needs_reconciliation", "unknown_commit"),
     "in-verify": ("needs_reconciliation", "unknown_commit"),
 }
+LOOKUPS = 12
+"""Pages a lookup workflow reads: each one needs 13 model turns, more than the shared budget."""
 ROUNDS = int(os.environ.get("LG_DBOS_ROUNDS", "4"))
 """Rounds per kill point: 20 in all."""
 
 
 def _order_of(body: JSON) -> int:
     text = json.dumps(body.get("messages", []))
-    found = re.search(r"refund order (\d+)", text)
+    found = re.search(r"(?:refund|lookup) order (\d+)", text)
     assert found, f"a request without its order: {text[:200]}"
     return int(found.group(1))
 
 
 def _answer(body: JSON) -> Step:
-    """The model: refund the order the user names, then answer once the tool's output is in the conversation."""
-    if any(message.get("role") == "tool" for message in body.get("messages", [])):
+    """The model: refund the order the user names, then answer once the tool's output is in the conversation; asked
+    to look an order up, it reads LOOKUPS pages (slowly: the queue's workers overlap) before it answers."""
+    messages = body.get("messages", [])
+    read = sum(message.get("role") == "tool" for message in messages)
+    if "lookup order" in json.dumps(messages):
+        step = (
+            final_text("nothing new")
+            if read >= LOOKUPS
+            else tool_call("lookup", {"order": _order_of(body), "page": read})
+        )
+        return stall(0.2, step)
+    if read:
         return final_text("refunded")
     return tool_call("refund", {"order": _order_of(body)})
 
@@ -66,10 +80,8 @@ def dbos_schema(postgres_url: str) -> Iterator[tuple[str, str]]:
     with psycopg.connect(libpq_url(postgres_url), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SYSTEM_DATABASE,)).fetchone()
         if not exists:
-            try:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another test process made it first
                 conn.execute(f'CREATE DATABASE "{SYSTEM_DATABASE}"')
-            except psycopg.errors.DuplicateDatabase:  # another test process made it first
-                pass
     system_url = libpq_url(postgres_url).rsplit("/", 1)[0] + f"/{SYSTEM_DATABASE}"
     schema = f"dbos_{uuid.uuid4().hex[:10]}"
     try:
@@ -138,8 +150,9 @@ def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_co
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
     20 rounds (4 per kill point): each workflow's worker (a DBOS executor of its own) is SIGKILLed at its point;
-    another process then recovers the dead executors' workflows, as DBOS does for a dead executor. Every refund body ran once, each task's model turns equal the requests the
-    server received for its order, and each outcome is the one its kill point leads to."""
+    another process then recovers the dead executors' workflows, as DBOS does for a dead executor. Every refund
+    body ran once, each task's model turns equal the requests the server received for its order, and each outcome
+    is the one its kill point leads to."""
     rounds = [(point, n) for point in POINTS for n in range(ROUNDS)]
     plan: dict[str, tuple[str, int]] = {}
     for index, (point, _) in enumerate(rounds):
@@ -157,7 +170,9 @@ def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_co
             code, _, err = _finished(process)
             assert code == -9, f"the worker was to be killed, it exited {code}: {err[-2000:]}"
     executors = [f"ex-{w}" for w in plan]
-    recovery = cluster.start("recover", workflow_ids=list(plan), executors=executors, executor=f"ex-{uuid.uuid4().hex[:8]}")
+    recovery = cluster.start(
+        "recover", workflow_ids=list(plan), executors=executors, executor=f"ex-{uuid.uuid4().hex[:8]}"
+    )
     code, out, err = _finished(recovery, timeout=240)
     assert code == 0, err[-3000:]
     results = _results(out)
@@ -171,9 +186,54 @@ def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_co
             trace = [(e.kind, e.tool, e.result_class) for e in store.trace(f"task-{workflow_id}")]
             assert (result["status"], result["reason"]) == POINTS[point], (point, result, trace, requests[order])
             task = store.task(f"task-{workflow_id}")
-            assert task is not None and task.used.models == requests[order] == result["models"], (point, requests[order], trace)
+            assert task is not None and task.used.models == requests[order] == result["models"], (
+                point,
+                requests[order],
+                trace,
+            )
             assert task.used.tools == 1, (point, task.used)
             assert result["pid"] == recovery.pid, "the recovering process finished the workflow"
     finally:
         store.close()
     assert sum(writes.values()) == len(plan)
+
+
+def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: Cluster) -> None:
+    """Rules: R16 (many workers share a task), R17, R2 (the model budget).
+
+    Three DBOS worker processes pull six workflows of one task from a DBOS queue, concurrently. The task's budget
+    (10 model turns) is less than the work (13 turns each): the turns reserved equal the requests the server received,
+    and never exceed the budget. A second task's stop mark, set before its workflows are enqueued, lets none of
+    them send a request."""
+    from dbos import DBOSClient
+
+    executors = [f"ex-q{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]
+    workers = [cluster.start("queue", executor=e, model_turns=10, tool_executions=40) for e in executors]
+    deadline = time.monotonic() + 120
+    while not all((cluster.folder / f"ready-{e}").exists() for e in executors):  # every worker listens first
+        assert time.monotonic() < deadline and all(w.poll() is None for w in workers), "a queue worker did not start"
+        time.sleep(0.1)
+    client = DBOSClient(system_database_url=cluster.system_url, dbos_system_schema=cluster.system_schema)
+    store = SQLStore(cluster.store_url)
+    try:
+        store.ensure_task("stopped-task", Budget(model_turns=50, tool_executions=50))
+        store.request_stop("stopped-task", "the operator stopped it")
+        options = {"queue_name": "refunds", "workflow_name": "refund_flow", "app_version": "loopguard-test-1"}
+        shared = [client.enqueue(options, "shared-task", 7000 + n, "lookup") for n in range(6)]  # type: ignore[arg-type]
+        stopped = [client.enqueue(options, "stopped-task", 8000 + n, "lookup") for n in range(3)]  # type: ignore[arg-type]
+        results = [handle.get_result() for handle in shared + stopped]
+    finally:
+        (cluster.folder / "stop").write_text("")
+        for process in workers:
+            code, _, err = _finished(process)
+            assert code == 0, err[-2000:]
+        client.destroy()
+    requests = cluster.requests_by_order()
+    task = store.task("shared-task")
+    store.close()
+    assert task is not None
+    shared_requests = sum(requests[7000 + n] for n in range(6))
+    assert task.used.models == shared_requests == 10, (task.used, shared_requests, results)
+    assert len({result["pid"] for result in results[:6]}) > 1, "the queue spread the workflows over the workers"
+    assert sum(requests[8000 + n] for n in range(3)) == 0
+    assert all(result["reason"] == "stop_requested" for result in results[6:]), results[6:]

@@ -38,8 +38,7 @@ from typing_extensions import Unpack
 
 from ..engine.outcome import Outcome
 from ..run import RunFields, RunOptions
-from ..sdk.attach import LoopGuard
-from ..sdk.model import register_step_model
+from ..sdk import LoopGuard, register_step_model
 
 __all__ = ["DBOSSteps", "run_guarded_dbos"]
 

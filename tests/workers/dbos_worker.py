@@ -22,7 +22,7 @@ from typing import Any
 
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, RunHooks, set_tracing_disabled
 from agents.models.interface import Model
-from dbos import DBOS, DBOSConfig, Queue, SetWorkflowID
+from dbos import DBOS, DBOSConfig, SetWorkflowID
 from openai import AsyncOpenAI
 
 from agents_loopguard import Budget
@@ -59,6 +59,12 @@ def refund(order: int) -> str:
     return f"refunded order {order}"
 
 
+@guarded_tool
+def lookup(order: int, page: int) -> str:
+    """Read one page of an order's history."""
+    return f"order {order}, page {page}: nothing new"
+
+
 class KillInStep(Model):
     """The real model, and a kill after its first response arrived (inside DBOS's step, before DBOS records it)."""
 
@@ -89,27 +95,32 @@ class Points(RunHooks[Any]):
             kill("after-model-1")
 
 
-def agent() -> Agent[Any]:
+def agent(work: str) -> Agent[Any]:
     client = AsyncOpenAI(base_url=CONFIG["base_url"], api_key="test", max_retries=0)
     model = KillInStep(OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=client))
-    return Agent(name="refunds", model=model, tools=[refund], model_settings=ModelSettings(max_tokens=64))
+    tools = [refund] if work == "refund" else [lookup]
+    return Agent(name="refunds", model=model, tools=tools, model_settings=ModelSettings(max_tokens=64))
 
 
 @DBOS.workflow()
-async def refund_flow(task_id: str, order: int) -> dict[str, Any]:
+async def refund_flow(task_id: str, order: int, work: str = "refund") -> dict[str, Any]:
     store = SQLStore(CONFIG["store_url"])
     budget = Budget(model_turns=CONFIG.get("model_turns", 6), tool_executions=CONFIG.get("tool_executions", 4))
     try:
         outcome = await run_guarded_dbos(
-            agent(), f"refund order {order}", hooks=Points(), budget=budget, store=store, task_id=task_id
+            agent(work), f"{work} order {order}", hooks=Points(), budget=budget, store=store, task_id=task_id
         )
     finally:
         store.close()
-    return {"status": str(outcome.status), "reason": str(outcome.reason), "models": outcome.used.models,
-            "tools": outcome.used.tools, "pid": os.getpid()}
-
-
-QUEUE = Queue("refunds", worker_concurrency=1, polling_interval_sec=0.1) if CONFIG["mode"] == "queue" else None
+    used = outcome.used
+    return {
+        "status": str(outcome.status),
+        "reason": str(outcome.reason),
+        "models": used.models,
+        "tools": used.tools,
+        "pid": os.getpid(),
+        "order": order,
+    }
 
 
 def launch() -> None:
@@ -123,6 +134,8 @@ def launch() -> None:
     }
     DBOS(config=config)
     DBOS.launch()
+    if CONFIG["mode"] == "queue":  # one workflow at a time per worker: the queue spreads them over the workers
+        DBOS.register_queue("refunds", worker_concurrency=1, polling_interval_sec=0.1)
 
 
 def main() -> None:
@@ -137,8 +150,11 @@ def main() -> None:
         # endpoint /dbos-workflow-recovery (what Conductor calls for a dead executor) does it.
         DBOS._recover_pending_workflows(CONFIG["executors"])
         for workflow_id in CONFIG["workflow_ids"]:
-            print(json.dumps({"workflow_id": workflow_id, **DBOS.retrieve_workflow(workflow_id).get_result()}), flush=True)
+            print(
+                json.dumps({"workflow_id": workflow_id, **DBOS.retrieve_workflow(workflow_id).get_result()}), flush=True
+            )
     else:  # queue: DBOS dequeues workflows to this worker until the test says stop
+        (FOLDER / f"ready-{CONFIG['executor']}").write_text("")
         while not (FOLDER / "stop").exists():
             time.sleep(0.05)
     DBOS.destroy()
