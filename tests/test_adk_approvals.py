@@ -1,7 +1,8 @@
 """Approvals through ADK's own tool confirmation (``require_confirmation``, ``ToolConfirmation``), across OS
 processes, on a SQLite file and on PostgreSQL: the pause is stored with the budget, the answer resumes it once with
 the counters continuing, a second delivery of the same answer runs nothing twice and never rewinds the budget, and
-a run whose proposals a human keeps rejecting ends (issue 19)."""
+a run whose proposals a human keeps rejecting ends, and the model budget continues across the resume where ADK's own
+``max_llm_calls``, shown alone beside it, restarts from zero (issue 19)."""
 
 from __future__ import annotations
 
@@ -107,3 +108,49 @@ def test_a_human_who_keeps_rejecting_ends_the_run(tmp_path: Path, sql_url: str) 
         0,
     )
     assert refunds(tmp_path) == []
+
+
+LIMIT = 2
+"""The same limit on both sides: ADK's ``RunConfig(max_llm_calls=2)`` alone, and the plugin's
+``Budget(model_turns=2)``. The model (the worker's ``busy`` script) looks order 1 up, proposes the refund (ADK asks
+for confirmation: the invocation ends there, at the limit) and after the refund's result keeps looking orders up:
+only a limit ends it."""
+
+
+def test_adk_alone_max_llm_calls_restarts_after_a_confirmation_resume(tmp_path: Path) -> None:
+    """The baseline, ADK without the plugin (issue 19's measurement): ``max_llm_calls`` is counted per invocation
+    in memory, and answering the confirmation starts a new invocation from zero. The first process uses its 2
+    calls before the confirmation; the process that answers it runs the refund and gets 2 fresh calls, refused only
+    at its third: the model was asked 4 times under ``max_llm_calls=2``."""
+    cfg = {"script": "busy", "guarded": False, "max_llm_calls": LIMIT}
+    paused = worker(tmp_path, "unused://", "pause", **cfg)
+    assert (paused["requests"], paused["error"]) == (LIMIT, None)
+    resumed = worker(tmp_path, "unused://", "answer", confirmed=True, **cfg)
+    assert resumed["requests"] == LIMIT  # fresh: 2 more calls after the 2 before the pause
+    assert resumed["error"] == f"LlmCallsLimitExceededError: Max number of llm calls limit of `{LIMIT}` exceeded"
+    assert refunds(tmp_path) == ["refund-42"]
+
+
+def test_under_the_plugin_the_model_budget_continues_after_a_confirmation_resume(tmp_path: Path, sql_url: str) -> None:
+    """R2, R13 against the baseline above: under the plugin the model turns are the task's, kept in the store with
+    the pause. The first process uses the 2 turns the budget allows and stops at the confirmation; the process
+    that answers it runs the approved refund (once) and asks the model nothing more: the resumed task starts at
+    2 model turns, not 0, and ends ``stopped/model_budget``, with 2 model turns in all."""
+    cfg = {"script": "busy", "model_turns": LIMIT}
+    paused = worker(tmp_path, sql_url, "pause", **cfg)
+    assert (paused["status"], paused["reason"], paused["models"], paused["requests"]) == (
+        "needs_human",
+        "approval",
+        LIMIT,
+        LIMIT,
+    )
+    resumed = worker(tmp_path, sql_url, "answer", confirmed=True, **cfg)
+    assert (resumed["status"], resumed["reason"]) == ("stopped", "model_budget")
+    assert (resumed["models"], resumed["tools"], resumed["requests"]) == (LIMIT, 2, 0)  # the lookup, the refund
+    assert refunds(tmp_path) == ["refund-42"]
+    store = SQLStore(sql_url)
+    try:
+        task = store.task("s-1")
+        assert task is not None and (task.status, task.used.models) == ("stopped", LIMIT)
+    finally:
+        store.close()

@@ -43,7 +43,7 @@ from tests.support.scripted_openai import (
 )
 from tests.support.sdk import guarded_outcome, told_by_id
 from tests.support.shop import MODEL
-from tests.support.wire import tool_outputs
+from tests.support.wire import async_http_client, http_client, tool_outputs
 
 __all__ = ["ADAPTERS", "Calls", "Fail", "Obey", "Ran", "Say", "Tool", "run_scenario", "tool_value"]
 
@@ -291,7 +291,7 @@ def _run_raw(
     guarded = [tool.for_raw_loop() for tool in tools]
     with ScriptedOpenAIServer([_raw_step(turn, step) for turn, step in enumerate(steps, start=1)]) as server:
         if api == "chat":
-            with openai.OpenAI(base_url=server.base_url, api_key="test") as client:
+            with openai.OpenAI(base_url=server.base_url, api_key="test", http_client=http_client()) as client:
                 outcome = run_chat_completions(
                     client,
                     model=MODEL,
@@ -303,7 +303,9 @@ def _run_raw(
         else:
 
             async def main() -> Outcome:
-                async with openai.AsyncOpenAI(base_url=server.base_url, api_key="test") as client:
+                async with openai.AsyncOpenAI(
+                    base_url=server.base_url, api_key="test", http_client=async_http_client()
+                ) as client:
                     return await arun_responses(
                         client, model=MODEL, input="go", tools=guarded, options=loop_options, **options
                     )

@@ -29,6 +29,7 @@ from agents_loopguard import Outcome
 from agents_loopguard.adk import guarded_tool, run_guarded
 from tests.support.adapters import Calls, Fail, Obey, Ran, Say, Step, Tool, call_id
 from tests.support.scripted_gemini import Dynamic, HttpError, Recorded, Reply, ScriptedGeminiServer
+from tests.support.wire import gemini_http_options
 
 GEMINI = "gemini-2.5-flash"
 os.environ.setdefault("GOOGLE_API_KEY", "scripted")  # the scripted endpoint takes any key
@@ -111,7 +112,7 @@ def run_adk(
     with ScriptedGeminiServer([_step(turn, step) for turn, step in enumerate(steps, start=1)]) as server:
         agent = LlmAgent(
             name="clerk",
-            model=Gemini(model=GEMINI, base_url=server.base_url),
+            model=Gemini(model=GEMINI, base_url=server.base_url, client_kwargs=gemini_http_options()),
             tools=[for_adk(tool) for tool in tools],
             generate_content_config=_config(tool_choice, max_output_tokens),
         )

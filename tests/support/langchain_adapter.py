@@ -17,7 +17,7 @@ from agents_loopguard.langchain import LoopGuardMiddleware
 from agents_loopguard.run import declare_tool
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.shop import MODEL
-from tests.support.wire import tool_outputs
+from tests.support.wire import async_http_client, http_client, tool_outputs
 
 __all__ = ["run_langchain"]
 
@@ -44,7 +44,13 @@ def run_langchain(
     script = [_raw_step(turn, step) for turn, step in enumerate(steps, start=1)]
     with ScriptedOpenAIServer(script) as server:
         model = ChatOpenAI(
-            model=MODEL, base_url=server.base_url, api_key="test", max_retries=0, max_tokens=max_output_tokens
+            model=MODEL,
+            base_url=server.base_url,
+            api_key="test",
+            max_retries=0,
+            max_tokens=max_output_tokens,
+            http_client=http_client(),
+            http_async_client=async_http_client(),
         )
         guard = LoopGuardMiddleware(
             tools=_declared(tools),

@@ -590,7 +590,7 @@ class ScriptedOpenAIServer:
         self._httpd = _HTTPServer(self)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
+            kwargs={"poll_interval": 0.01},
             name=f"scripted-openai:{self.port}",
             daemon=True,
         )

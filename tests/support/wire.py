@@ -1,14 +1,57 @@
-"""What the scripted OpenAI server recorded, read in each API's shape (Chat Completions or Responses), and the
-``server`` fixture's body."""
+"""What the scripted OpenAI server recorded, read in each API's shape (Chat Completions or Responses), the
+``server`` fixture's body, and the HTTP clients of tests that make one per test.
+
+Each ``openai``, ``ChatOpenAI`` or ``google-genai`` client builds an SSL context of its own, and loading the CA
+certificates into it takes about 25 ms: more than the rest of a short scripted run. The scripted servers speak plain
+HTTP on 127.0.0.1, so nothing is verified with it; the clients below share one default context (:func:`tls`),
+otherwise they are the clients' own defaults (``openai.DefaultHttpxClient``: its timeouts, limits, redirects)."""
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
+import openai
+
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
-__all__ = ["choices_sent", "forced", "scripted_server", "tool_outputs"]
+__all__ = [
+    "async_http_client",
+    "choices_sent",
+    "forced",
+    "gemini_http_options",
+    "http_client",
+    "scripted_server",
+    "tls",
+    "tool_outputs",
+]
+
+
+@functools.cache
+def tls() -> ssl.SSLContext:
+    """The default SSL context, made once per process."""
+    return ssl.create_default_context()
+
+
+def http_client() -> openai.DefaultHttpxClient:
+    """The ``openai`` client's default HTTP client, on the shared SSL context."""
+    return openai.DefaultHttpxClient(verify=tls())
+
+
+def async_http_client() -> openai.DefaultAsyncHttpxClient:
+    """The ``openai`` async client's default HTTP client, on the shared SSL context."""
+    return openai.DefaultAsyncHttpxClient(verify=tls())
+
+
+def gemini_http_options() -> dict[str, Any]:
+    """``Gemini(client_kwargs=...)``: ``google-genai``'s HTTP clients on the shared SSL context (``verify`` for
+    httpx, ``ssl`` for its websocket client; each client keeps the arguments its own signature takes)."""
+    from google.genai import types
+
+    shared = {"verify": tls(), "ssl": tls()}
+    return {"http_options": types.HttpOptions(client_args={"verify": tls()}, async_client_args=shared)}
 
 
 def scripted_server() -> Iterator[ScriptedOpenAIServer]:
