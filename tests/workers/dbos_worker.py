@@ -30,7 +30,7 @@ from agents_loopguard.durable.dbos import run_guarded_dbos
 from agents_loopguard.sdk import guarded_tool
 from agents_loopguard.store import SQLStore
 
-CONFIG: dict[str, Any] = json.loads(sys.argv[1])
+CONFIG: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {"folder": "."}  # pytest collects it
 FOLDER = Path(CONFIG["folder"])
 WRITES = FOLDER / "writes.log"
 set_tracing_disabled(True)
