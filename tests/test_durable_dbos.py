@@ -237,3 +237,65 @@ def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: Clust
     assert len({result["pid"] for result in results[:6]}) > 1, "the queue spread the workflows over the workers"
     assert sum(requests[8000 + n] for n in range(3)) == 0
     assert all(result["reason"] == "stop_requested" for result in results[6:]), results[6:]
+
+
+@pytest.mark.parametrize("kill", ["", "in-verify"], ids=["resumed", "killed-in-the-resumed-write"])
+def test_r13_r17_an_approval_pause_in_a_dbos_workflow_is_stored_with_the_budget_and_resumed_once(
+    cluster: Cluster, kill: str
+) -> None:
+    """Rules: R13 (a pause keeps the budget, resumed once), R17, R6.
+
+    A workflow's refund needs approval: the run pauses (needs_human), its pause stored with the task's budget. An
+    operator approves; a second workflow in another process resumes it with ``resume_guarded_dbos`` (the claim is a
+    DBOS step). Killed inside the approved write, its recovery replays the claim (never claiming twice) and ends
+    needs_reconciliation without a second write; not killed, it completes with the model turns continuing. A second
+    resume of the same pause is refused."""
+    from agents_loopguard.ops.approvals import decide
+
+    order, task = 9000 + int(uuid.uuid4().int % 10**5), f"task-{uuid.uuid4().hex[:8]}"
+    first = cluster.start(
+        "start", workflow_id=f"wf-{task}", task_id=task, order=order, work="approve", executor=f"ex-{task}"
+    )
+    code, out, err = _finished(first)
+    assert code == 0, err[-2000:]
+    paused = _results(out)[f"wf-{task}"]
+    assert (paused["status"], paused["reason"], paused["models"]) == ("needs_human", "approval", 1)
+    assert cluster.writes()[f"refund-{order}"] == 0
+    store = SQLStore(cluster.store_url)
+    try:
+        decide(store, paused["pause_id"], who="lead", approve_all=True)
+        resume_id = f"wf-resume-{task}"
+        resume = cluster.start(
+            "start",
+            workflow_id=resume_id,
+            pause_id=paused["pause_id"],
+            order=order,
+            kill=kill,
+            executor=f"ex-{resume_id}",
+        )
+        code, out, err = _finished(resume)
+        if kill:
+            assert code == -9, err[-2000:]
+            recovery = cluster.start(
+                "recover", workflow_ids=[resume_id], executors=[f"ex-{resume_id}"], executor=f"ex-r-{task}"
+            )
+            code, out, err = _finished(recovery)
+        assert code == 0, err[-3000:]
+        resumed = _results(out)[resume_id]
+        expected = ("needs_reconciliation", "unknown_commit") if kill else ("completed", "validated_done")
+        assert (resumed["status"], resumed["reason"]) == expected, resumed
+        assert cluster.writes()[f"refund-{order}"] == 1
+        assert resumed["models"] == cluster.requests_by_order()[order] == (1 if kill else 2)
+        assert [t.kind for t in store.transitions(task)] == ["resume"]  # claimed once, the replay included
+        again = cluster.start(
+            "start",
+            workflow_id=f"wf-again-{task}",
+            pause_id=paused["pause_id"],
+            order=order,
+            executor=f"ex-again-{task}",
+        )
+        code, _, err = _finished(again)
+        assert code != 0 and "PauseAlreadyResumed" in err, err[-2000:]
+        assert cluster.writes()[f"refund-{order}"] == 1
+    finally:
+        store.close()

@@ -29,18 +29,23 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from agents import Agent, RunConfig
+from agents import Agent, RunConfig, RunState
 from agents.lifecycle import RunHooks
 from dbos import DBOS
 from dbos_openai_agents import DBOSRunner
-from dbos_openai_agents.runner import DBOSModelWrapper
+from dbos_openai_agents.runner import DBOSModelWrapper, Turnstile
 from typing_extensions import Unpack
 
 from ..engine.outcome import Outcome
+from ..ops.approvals import DecisionError
 from ..run import RunFields, RunOptions
 from ..sdk import LoopGuard, register_step_model
+from ..sdk.claims import ClaimedState
+from ..sdk.private import tool_decisions
+from ..sdk.resume import claim_pause, decided_state
+from ..store.defaults import default_store
 
-__all__ = ["DBOSSteps", "run_guarded_dbos"]
+__all__ = ["DBOSSteps", "resume_guarded_dbos", "run_guarded_dbos"]
 
 register_step_model(DBOSModelWrapper, "model")
 
@@ -84,9 +89,7 @@ async def run_guarded_dbos(
 
     Raises ``RuntimeError`` outside a DBOS workflow.
     """
-    workflow = DBOS.workflow_id
-    if workflow is None:
-        raise RuntimeError("run_guarded_dbos runs inside a @DBOS.workflow() function (DBOSRunner.run needs one)")
+    workflow = _workflow_id("run_guarded_dbos")
     opts = RunOptions.merge(options, fields)
     config = RunConfig(**run_config) if isinstance(run_config, Mapping) else run_config
     if config is not None and config.model is not None:
@@ -107,9 +110,74 @@ async def run_guarded_dbos(
     if max_turns is not None:
         kwargs["max_turns"] = max_turns
     try:
-        result: Any = await DBOSRunner.run(guard.compose(agent), guard.input, **kwargs)
+        result: Any = await DBOSRunner.run(guard.compose(agent, entering=_prime_turnstile), guard.input, **kwargs)
     except asyncio.CancelledError:
         result = None
     except Exception as exc:
         result = exc
     return await guard.outcome(result)
+
+
+def _prime_turnstile(agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> None:
+    """A resumed ``RunState`` runs its approved calls before any model call, but DBOS's tool turnstile is set only
+    by a model response (an empty one fails every call: ``KeyError``). Set it to the approved calls, in the state's
+    order, on the run's DBOS state (``DBOSModelWrapper._state``: dbos-openai-agents 0.3 has no public door)."""
+    if not isinstance(input, RunState) or not input.get_interruptions():
+        return
+    provider = getattr(kwargs.get("run_config"), "model_provider", None)
+    provider = getattr(provider, "inner_provider", provider)  # the guard's provider around DBOS's
+    state = getattr(agent.model, "_state", None) or getattr(provider, "_state", None)
+    if state is None or not hasattr(state, "turnstile"):
+        raise RuntimeError(
+            "this dbos-openai-agents keeps its tool turnstile elsewhere: a resumed approval cannot run under it"
+        )
+    approved = tool_decisions(input)
+    calls = [str(item.call_id) for item in input.get_interruptions() if approved(item.name, str(item.call_id))]
+    state.turnstile = Turnstile(calls)
+
+
+def _workflow_id(entry: str) -> str:
+    workflow = DBOS.workflow_id
+    if workflow is None:
+        raise RuntimeError(f"{entry} runs inside a @DBOS.workflow() function (DBOSRunner.run needs one)")
+    return workflow
+
+
+async def resume_guarded_dbos(
+    agent: Agent[Any],
+    pause_id: str,
+    *,
+    decisions: Mapping[str, str] | None = None,
+    why: str = "",
+    rejection_message: str | None = None,
+    options: RunOptions | None = None,
+    context: Any = None,
+    max_turns: int | None = None,
+    hooks: RunHooks[Any] | None = None,
+    run_config: RunConfig | Mapping[str, Any] | None = None,
+    **fields: Unpack[RunFields],
+) -> Outcome:
+    """Resume a stored approval pause once, inside the current ``@DBOS.workflow()`` (any process), under the pause's
+    own task: same budget, counters continuing (R13), as :func:`~agents_loopguard.sdk.resume_guarded` does.
+
+    The claim (checks, decisions, resumed once) is a DBOS step: a replay of this workflow after a crash reads the
+    recorded claim and never claims twice; the run then goes on through :func:`run_guarded_dbos`. ``who=`` is
+    required; ``store=`` is the store the pause was saved in.
+    """
+    _workflow_id("resume_guarded_dbos")
+    opts = RunOptions.merge(options, fields)
+    if not opts.who:
+        raise DecisionError("a resume is recorded with who resumes: pass who=")
+    if opts.guard is not None or opts.budget is not None:
+        raise TypeError("resume_guarded_dbos() continues the pause's own task and budget: no guard= or budget=")
+    store = opts.store if opts.store is not None else default_store()
+    who = opts.who
+
+    async def claim() -> Any:
+        return await claim_pause(agent, store, pause_id, decisions, who=who, why=why, task_id=opts.task_id)
+
+    claimed, applied = await DBOS.run_step_async({"name": "agents_loopguard.claim_pause"}, claim)
+    state = await decided_state(agent, claimed, applied, rejection_message=rejection_message)
+    resumed = opts.continuing(None, task_id=claimed.task_id, budget=claimed.budget, store=store)
+    runner = {"context": context, "max_turns": max_turns, "hooks": hooks, "run_config": run_config}
+    return await run_guarded_dbos(agent, ClaimedState(state), options=resumed, **runner)

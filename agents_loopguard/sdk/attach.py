@@ -28,7 +28,7 @@ What the adapter translates, and nothing more: how the SDK run ended (``MaxTurns
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents import Agent, RunConfig, RunState
@@ -61,7 +61,10 @@ from .hooks import GuardHooks
 from .pauses import persist_pause, waiting_detail
 from .private import agent_of_tool, state_context
 
-__all__ = ["GuardStopped", "LoopGuard"]
+__all__ = ["Entering", "GuardStopped", "LoopGuard"]
+
+Entering = Callable[[Agent[Any], Any, dict[str, Any]], None]
+"""``entering(agent, input, runner_kwargs)``: what a composing runner prepares when its run enters the guard."""
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +167,7 @@ class LoopGuard:
         self._max_turns_handled = False
         self._restored: RunState[Any] | None = None
         self._composed = False
+        self._entering: Entering | None = None
 
     @property
     def finished(self) -> Outcome | None:
@@ -197,11 +201,12 @@ class LoopGuard:
 
         return {**handlers, "max_turns": marked}
 
-    def compose(self, agent: Agent[Any]) -> Agent[Any]:
+    def compose(self, agent: Agent[Any], *, entering: Entering | None = None) -> Agent[Any]:
         """The guarded copy of ``agent``, for a runner that wraps the agent itself before its ``Runner.run`` (a
         durable engine's: its model step around the guarded model, its tool ordering around the guarded tools);
-        that runner's clone of the copy then runs as it is given (see :mod:`agents_loopguard.durable`)."""
-        self._composed = True
+        that runner's clone of the copy then runs as it is given (see :mod:`agents_loopguard.durable`).
+        ``entering(clone, input, runner_kwargs)`` is called when the run enters, with the input restored."""
+        self._composed, self._entering = True, entering
         return guard_agent(agent)
 
     @property
@@ -219,6 +224,8 @@ class LoopGuard:
         _check_enforceable(agent, kwargs["run_config"], self.run)
         if isinstance(input, RunState) and input is not self._restored:  # the application's state stays as it was
             input = await self.restored(agent, input)
+        if self._entering is not None:
+            self._entering(copy, input, kwargs)
         return copy, input
 
     async def restored(self, agent: Agent[Any], state: RunState[Any]) -> RunState[Any]:

@@ -319,6 +319,11 @@ class GuardedModelProvider(ModelProvider):
         """The guarded run this provider's models belong to."""
         return self._run
 
+    @property
+    def inner_provider(self) -> ModelProvider:
+        """The wrapped provider (a durable engine's, say)."""
+        return self._inner
+
     def get_model(self, model_name: str | None) -> Model:
         return guard_inside(self._inner.get_model(model_name), lambda model: GuardedModel(model, self._run))
 

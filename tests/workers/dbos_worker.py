@@ -26,7 +26,7 @@ from dbos import DBOS, DBOSConfig, SetWorkflowID
 from openai import AsyncOpenAI
 
 from agents_loopguard import Budget
-from agents_loopguard.durable.dbos import run_guarded_dbos
+from agents_loopguard.durable.dbos import resume_guarded_dbos, run_guarded_dbos
 from agents_loopguard.sdk import guarded_tool
 from agents_loopguard.store import SQLStore
 
@@ -50,13 +50,29 @@ def refunded(args: dict[str, Any], output: Any) -> dict[str, Any]:
     return {"revision": 1 if done else 0, "done": done, "effect": "committed" if done else "not_committed"}
 
 
-@guarded_tool(kind="write", operation_id=lambda args: f"refund-{args['order']}", verify=refunded)
-def refund(order: int) -> str:
-    """Refund an order."""
+def refund_body(order: int) -> str:
     with WRITES.open("a") as log:
         log.write(f"refund-{order}\n")
     kill("in-tool")
     return f"refunded order {order}"
+
+
+@guarded_tool(kind="write", operation_id=lambda args: f"refund-{args['order']}", verify=refunded)
+def refund(order: int) -> str:
+    """Refund an order."""
+    return refund_body(order)
+
+
+@guarded_tool(
+    kind="write",
+    operation_id=lambda args: f"refund-{args['order']}",
+    verify=refunded,
+    needs_approval=True,
+    name_override="refund",
+)
+def approved_refund(order: int) -> str:
+    """Refund an order (a human approves every refund)."""
+    return refund_body(order)
 
 
 @guarded_tool
@@ -98,7 +114,7 @@ class Points(RunHooks[Any]):
 def agent(work: str) -> Agent[Any]:
     client = AsyncOpenAI(base_url=CONFIG["base_url"], api_key="test", max_retries=0)
     model = KillInStep(OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=client))
-    tools = [refund] if work == "refund" else [lookup]
+    tools = {"refund": [refund], "approve": [approved_refund], "lookup": [lookup]}[work]
     return Agent(name="refunds", model=model, tools=tools, model_settings=ModelSettings(max_tokens=64))
 
 
@@ -108,10 +124,19 @@ async def refund_flow(task_id: str, order: int, work: str = "refund") -> dict[st
     budget = Budget(model_turns=CONFIG.get("model_turns", 6), tool_executions=CONFIG.get("tool_executions", 4))
     try:
         outcome = await run_guarded_dbos(
-            agent(work), f"{work} order {order}", hooks=Points(), budget=budget, store=store, task_id=task_id
+            agent(work),
+            f"{'refund' if work == 'approve' else work} order {order}",
+            hooks=Points(),
+            budget=budget,
+            store=store,
+            task_id=task_id,
         )
     finally:
         store.close()
+    return _result(outcome, order)
+
+
+def _result(outcome: Any, order: int) -> dict[str, Any]:
     used = outcome.used
     return {
         "status": str(outcome.status),
@@ -120,7 +145,18 @@ async def refund_flow(task_id: str, order: int, work: str = "refund") -> dict[st
         "tools": used.tools,
         "pid": os.getpid(),
         "order": order,
+        "pause_id": outcome.pause_id,
     }
+
+
+@DBOS.workflow()
+async def resume_flow(pause_id: str, order: int) -> dict[str, Any]:
+    store = SQLStore(CONFIG["store_url"])
+    try:
+        outcome = await resume_guarded_dbos(agent("approve"), pause_id, store=store, who="ana", hooks=Points())
+    finally:
+        store.close()
+    return _result(outcome, order)
 
 
 def launch() -> None:
@@ -143,7 +179,11 @@ def main() -> None:
     mode = CONFIG["mode"]
     if mode == "start":
         with SetWorkflowID(CONFIG["workflow_id"]):
-            handle = DBOS.start_workflow(refund_flow, CONFIG["task_id"], CONFIG.get("order", 42))
+            if "pause_id" in CONFIG:
+                handle = DBOS.start_workflow(resume_flow, CONFIG["pause_id"], CONFIG["order"])
+            else:
+                work = CONFIG.get("work", "refund")
+                handle = DBOS.start_workflow(refund_flow, CONFIG["task_id"], CONFIG.get("order", 42), work)
         print(json.dumps({"workflow_id": CONFIG["workflow_id"], **handle.get_result()}), flush=True)
     elif mode == "recover":
         # The killed workers' executors are gone: their pending workflows are recovered here, as DBOS's admin
