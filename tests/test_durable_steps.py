@@ -123,3 +123,36 @@ def test_r17_a_record_round_trips_its_verdicts() -> None:
     refusal = Verdict(Status.STOPPED, Reason.SAME_CALL, "again", "op-1")
     output, message, verdict, ended, proved = replayed(recorded("x", "refused", refusal, True, done))
     assert (output, message, verdict, ended, proved) == ("x", "refused", refusal, True, done)
+
+
+def test_r17_an_agent_a_durable_engine_wrapped_first_is_refused_with_the_adapter_to_use() -> None:
+    """Rules: R17. The SDK's attach idiom handed DBOS's own ``DBOSRunner.run`` would put DBOS's tool turnstile
+    outside the guard and leave replays unrecognised: the run is refused before any model call, naming
+    ``run_guarded_dbos``, and the task ends stopped/fatal."""
+    import asyncio
+
+    from agents import Agent, set_tracing_disabled
+    from agents.exceptions import UserError
+    from agents.testing import ScriptedModel, assistant_message
+    from dbos_openai_agents import DBOSRunner
+
+    from agents_loopguard import MemoryStore
+    from agents_loopguard.sdk import LoopGuard
+
+    set_tracing_disabled(True)
+    store = MemoryStore()
+    model = ScriptedModel([[assistant_message("hi")]])
+
+    async def main() -> None:
+        guard = LoopGuard("hi", budget=Budget(3, 3), store=store, task_id="t-attached")
+        agent = Agent(name="a", model=model)
+        try:
+            result: Any = await DBOSRunner.run(agent, guard.input, hooks=guard.hooks(), run_config=guard.run_config())
+        except Exception as exc:
+            result = exc
+        await guard.outcome(result)
+
+    with pytest.raises(UserError, match="run_guarded_dbos"):
+        asyncio.run(main())
+    task = store.task("t-attached")
+    assert task is not None and task.used.models == 0 and task.outcome["status"] == "stopped"

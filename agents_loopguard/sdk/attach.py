@@ -44,6 +44,7 @@ from agents.exceptions import (
     ToolInputGuardrailTripwireTriggered,
     ToolOutputGuardrailTripwireTriggered,
     ToolTimeoutError,
+    UserError,
 )
 from agents.lifecycle import RunHooks
 from agents.models.interface import ModelProvider
@@ -58,6 +59,7 @@ from ._internal import Halt, trace_decision
 from .claims import ClaimedState, continue_pause
 from .graph import guard_agent, guard_config, install_nested_guard, is_copy
 from .hooks import GuardHooks
+from .model import is_step_model
 from .pauses import persist_pause, waiting_detail
 from .private import agent_of_tool, state_context
 
@@ -135,6 +137,18 @@ def _check_enforceable(agent: Agent[Any], config: RunConfig, run: GuardedRun) ->
         name = model if isinstance(model, str) else getattr(getattr(model, "inner", model), "model", None)
         where = f"agent {member.name!r}"
         run.check_enforceable(name if isinstance(name, str) else None, settings.max_tokens, where=where)
+
+
+def _guarded_copy(agent: Agent[Any]) -> Agent[Any]:
+    """The guarded copy of an agent the application runs; refused for an agent a durable engine already wrapped
+    (its tools' ordering would sit outside the guard, and its replays would not be recognised)."""
+    if is_step_model(agent.model):
+        raise UserError(
+            f"agent {agent.name!r} was wrapped by a durable engine ({type(agent.model).__name__}) before the guard saw "
+            "it: run it through the engine's adapter in agents_loopguard.durable (e.g. run_guarded_dbos), which "
+            "guards the agent first"
+        )
+    return guard_agent(agent)
 
 
 def _stop_of(error: BaseException) -> tuple[StopKind | None, str | None]:
@@ -219,7 +233,7 @@ class LoopGuard:
         of ``agent`` and the input restored against it; refused when the task already ended or the input is not
         the one this guard was built for."""
         self._check_entry(input)
-        copy = agent if self._composed else guard_agent(agent)
+        copy = agent if self._composed else _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
         if isinstance(input, RunState) and input is not self._restored:  # the application's state stays as it was
@@ -249,7 +263,7 @@ class LoopGuard:
             raise ResumeError(
                 "a streamed resume of a RunState under the guard goes through run_guarded_streamed(agent, state, ...)"
             )
-        copy = guard_agent(agent)
+        copy = _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
         return copy

@@ -279,6 +279,13 @@ async def _until_deadline(events: AsyncIterator[Any], run: GuardedRun) -> AsyncI
 
 _STEP_MODELS: dict[type[Model], str] = {}
 """A durable engine's model wrapper type -> the attribute holding the model it runs inside the engine's step."""
+_KNOWN_STEP_MODELS = {"dbos_openai_agents.runner.DBOSModelWrapper": "model"}
+"""The wrappers known by name, recognised without importing their engine (nor the adapter that registers them)."""
+
+
+def _step_attribute(model: Any) -> str | None:
+    kind = type(model)
+    return _STEP_MODELS.get(kind) or _KNOWN_STEP_MODELS.get(f"{kind.__module__}.{kind.__qualname__}")
 
 
 def register_step_model(wrapper: type[Model], attribute: str) -> None:
@@ -286,6 +293,11 @@ def register_step_model(wrapper: type[Model], attribute: str) -> None:
     engine's step, so the guard wraps that inner model, never the wrapper (R17: a step the engine answers from its
     log then reserves nothing). The durable adapters (:mod:`agents_loopguard.durable`) register theirs."""
     _STEP_MODELS[wrapper] = attribute
+
+
+def is_step_model(model: Any) -> bool:
+    """True for a durable engine's model wrapper (see :func:`register_step_model`)."""
+    return _step_attribute(model) is not None
 
 
 def guard_inside(model: Model, guard: Callable[[Model], Model]) -> Model:
@@ -298,7 +310,7 @@ def guard_inside(model: Model, guard: Callable[[Model], Model]) -> Model:
     """
     if isinstance(model, GuardedModel):
         return model
-    attribute = _STEP_MODELS.get(type(model))
+    attribute = _step_attribute(model)
     if attribute is None:
         return guard(model)
     inner = getattr(model, attribute)
