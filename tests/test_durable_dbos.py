@@ -45,7 +45,7 @@ POINTS = {  # kill point -> the outcome after DBOS recovered the workflow
 LOOKUPS = 12
 """Pages a lookup workflow reads: each one needs 13 model turns, more than the shared budget."""
 ROUNDS = int(os.environ.get("LG_DBOS_ROUNDS", "4"))
-"""Rounds per kill point: 20 in all."""
+"""Rounds per kill point: 20 in all (the oldest-SDK job of CI runs each point once)."""
 
 
 def _order_of(body: JSON) -> int:
@@ -149,7 +149,7 @@ def _results(out: str) -> dict[str, dict[str, Any]]:
 def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
-    20 rounds (4 per kill point): each workflow's worker (a DBOS executor of its own) is SIGKILLed at its point;
+    20 rounds (4 per kill point; ``LG_DBOS_ROUNDS`` per point): each workflow's worker (a DBOS executor of its own) is SIGKILLed at its point;
     another process then recovers the dead executors' workflows, as DBOS does for a dead executor. Every refund
     body ran once, each task's model turns equal the requests the server received for its order, and each outcome
     is the one its kill point leads to."""
