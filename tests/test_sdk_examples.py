@@ -33,3 +33,19 @@ def test_the_lost_write_is_not_sent_again() -> None:
     assert "second run: needs_reconciliation/unknown_commit" in out and "tool executions reserved: 0" in out
     assert "after reconciliation: completed/validated_done" in out
     assert "the confirmation was applied 1 time(s)" in out
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(150)
+def test_the_dbos_example_runs_the_refund_once(postgres_url: str) -> None:
+    """The DBOS example (docs/durable.md) on the test server: the workflow run again runs no second refund."""
+    import os
+
+    env = {**os.environ, "LOOPGUARD_DATABASE_URL": postgres_url}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "dbos_refund.py")], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "first run: completed/validated_done, model turns 2" in done.stdout
+    assert "the same workflow again: completed/validated_done, model turns 2" in done.stdout
+    assert "refund bodies run: 1" in done.stdout

@@ -14,6 +14,7 @@ from agents_loopguard import Outcome, Reason, RecoveryRecord
 from agents_loopguard.ops.operator import pause_view
 from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.store import SQLStore
+from agents_loopguard.store.sql import SCHEMA_VERSION
 from tests.test_store_migrations import postgres_fixture, sqlite_fixture
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,7 +36,7 @@ def test_r18_migration_moves_activation_writes_and_every_reference_into_the_flow
         text=True,
         timeout=100,
     )
-    assert done.returncode == 0 and "from schema version 4 to 5" in done.stdout, done.stderr
+    assert done.returncode == 0 and f"from schema version 4 to {SCHEMA_VERSION}" in done.stdout, done.stderr
     with SQLStore(v4_store) as store:
         ids = {op.operation_id: op.task_id for op in store.operations()}
         assert ids == {

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..store.base import OperationState, Progress, Store, TaskSnapshot, TraceEntry
+from ..store.base import OperationState, Progress, StepRecord, Store, TaskSnapshot, TraceEntry
 from ..store.memory import MemoryStore
 from .budget import Budget, Policy
 from .calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, outside_namespace, parse_call
@@ -231,6 +231,20 @@ class Guard(Metering, Ending):
         if self.observer is not None:  # inline check: building the event costs on the hot path
             self._observe("turn.reserved")
         return None
+
+    def begin_step(self, key: str) -> StepRecord:
+        """A durable engine's step (keyed by the engine's identity of it) begins in this task (R17): its record, with
+        ``attempts`` above 1 when the engine re-executes it after a crash and ``done`` when the step already ended
+        (see :meth:`~agents_loopguard.store.base.Store.begin_step`)."""
+        step = self.store.begin_step(self.task_id, key, now=self._now())
+        if step.attempts > 1 and not step.done:
+            self._observe("step.reexecuted", step=key, attempts=step.attempts)
+        return step
+
+    def end_step(self, key: str, output: Any) -> None:
+        """Record that a durable engine's step ended, and what the model read (stored as the trace stores values:
+        redacted, JSON); a replay of the step returns it."""
+        self.store.end_step(self.task_id, key, self.storable(output), now=self._now())
 
     def authorize(self, proposal: Any, *, now: float | None = None, retry_of: Ticket | None = None) -> Ticket | Verdict:
         """Decide whether ``proposal`` may execute, and reserve the execution if so (before it runs).

@@ -40,7 +40,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ..engine.calls import KINDS, Call, Ticket, Verdict
 from ..engine.core import Guard, Observer
@@ -49,7 +49,9 @@ from ..engine.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from ..engine.metering import NOTHING_RESERVED, Reserved
 from ..engine.outcome import Outcome, Reason, Status
 from ..store.defaults import default_store
+from .choices import forced_name, forces_tool
 from .declarations import ToolSpec, Unnamed, Verify, declare_tool, parse_arguments
+from .durable import recorded, replayed
 from .effects import (
     Answer,
     Check,
@@ -83,12 +85,12 @@ __all__ = [
     "adrive",
     "declare_tool",
     "drive",
+    "forced_name",
+    "forces_tool",
     "perform_check",
     "perform_check_async",
     "within_deadline",
 ]
-
-T = TypeVar("T")
 
 _CONTINUABLE = frozenset(
     {
@@ -188,27 +190,6 @@ class Flight:
 
     ticket: Ticket
     label: str
-
-
-def forces_tool(choice: Any) -> bool:
-    """True when ``tool_choice`` demands a tool call ("required", a tool name, a dict naming one).
-
-    >>> forces_tool("required"), forces_tool({"type": "function", "name": "f"}), forces_tool("auto")
-    (True, True, False)
-    """
-    return choice is not None and choice not in ("auto", "none")
-
-
-def forced_name(choice: Any) -> str | None:
-    """The function a ``tool_choice`` forces, in any API's shape (``"f"``, ``{"type": "function", "name": "f"}``,
-    ``{"type": "function", "function": {"name": "f"}}``), or ``None``."""
-    if isinstance(choice, str):
-        return None if choice in ("auto", "none", "required") else choice
-    if isinstance(choice, Mapping) and choice.get("type") == "function":
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, Mapping) else choice.get("name")
-        return name if isinstance(name, str) else None
-    return None
 
 
 def call_label(call: Call) -> str:
@@ -361,6 +342,14 @@ class GuardedRun:
         return requested
 
     # --- model attempts --------------------------------------------------------------------------------------
+
+    def begin_model_step(self) -> None:
+        """A model request begins: inside a durable engine's step, the step is recorded (a step the engine
+        re-executes after a crash is the same request's attempt again, counted once more as it is sent again)."""
+        durable = self.options.durable
+        key = durable.model_step() if durable is not None else None
+        if key is not None:
+            self.guard.begin_step(key)
 
     def begin_model_attempt(
         self,
@@ -559,7 +548,33 @@ class GuardedRun:
     def execute(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
         """``authorize -> Execute -> Check -> settle`` for one call, with the tool's bounded retries; a generator of
         effects for :func:`drive` / :func:`adrive`. A refused call never executes; a committed write returns its
-        stored output without executing."""
+        stored output without executing. Inside a durable engine's workflow (``RunOptions.durable``), an execution
+        the engine's replay runs again returns what the model read the first time, reserving nothing (R17)."""
+        durable = self.options.durable
+        key = durable.tool_step(call.call_id) if durable is not None else None
+        if key is None:
+            return (yield from self._execute(spec, call))
+        step = self.guard.begin_step(key)
+        if step.done:
+            return self._replayed(step.output)
+        before, executed = self.done, (yield from self._execute(spec, call))
+        if executed.error is None:  # a body's exception is the framework's to report: run again on a replay
+            ended, proved = self.verdict is executed.verdict, self.done if self.done is not before else None
+            self.guard.end_step(key, recorded(executed.output, executed.message, executed.verdict, ended, proved))
+        return executed
+
+    def _replayed(self, record: Any) -> Executed:
+        """A recorded execution, replayed: what the model read, and the run's state as the execution left it."""
+        output, message, verdict, ended, done = replayed(record)
+        if done is not None and self.done is None:
+            self.done, self._done_turn = done, self.guard.used.models
+        if verdict is not None and ended:
+            self.stop(verdict)
+        elif verdict is not None and verdict.status is not Status.COMPLETED and verdict not in self.told:
+            self.told.append(verdict)
+        return Executed(output=output, message=message, verdict=verdict)
+
+    def _execute(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
         if (skipped := self._skipped()) is not None:
             return skipped
         ticket = self.guard.authorize(call)

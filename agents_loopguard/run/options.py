@@ -24,6 +24,7 @@ from ..engine.budget import Budget, Policy
 from ..engine.pricing import InputEstimator, Price
 from ..engine.pricing import estimate_input_tokens as _estimate_input_tokens
 from ..store.base import Store
+from .durable import DurableSteps
 
 if TYPE_CHECKING:
     from ..engine.core import Guard
@@ -99,6 +100,11 @@ class RunOptions:
     any process (return ``None`` from your own to store nothing)."""
     who: str | None = None
     """Who continues a paused run through the framework's own door (recorded with the decisions)."""
+    # --- durable engines ---
+    durable: DurableSteps | None = None
+    """Inside a durable engine's workflow: where the engine is (:class:`~agents_loopguard.run.DurableSteps`), so a
+    replayed tool execution is answered from the task's record and a re-executed step counts once (R17). The
+    durable adapters set it (:mod:`agents_loopguard.durable`)."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -143,3 +149,4 @@ class RunFields(TypedDict, total=False):
     estimate_input_tokens: InputEstimator
     on_pause: OnPause | None
     who: str | None
+    durable: DurableSteps | None

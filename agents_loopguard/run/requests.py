@@ -87,6 +87,7 @@ def model_request(
     Returns the response, or :class:`Failed`.
     """
     number = 0
+    run.begin_model_step()
     while True:
         attempt = run.begin_model_attempt(
             tool_choice,

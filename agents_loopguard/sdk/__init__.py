@@ -25,7 +25,7 @@ from ..run import OnRefusal, ToolSpec
 from ._internal import current_guard
 from .attach import LoopGuard
 from .hooks import GuardHooks
-from .model import GuardedModel, GuardedModelProvider
+from .model import GuardedModel, GuardedModelProvider, register_step_model
 from .pauses import pending_calls, persist_pause
 from .resume import resume_guarded, resume_guarded_sync
 from .run import GuardedStream, GuardStopped, run_guarded, run_guarded_streamed, run_guarded_sync
@@ -46,6 +46,7 @@ __all__ = [
     "guarded_tool",
     "pending_calls",
     "persist_pause",
+    "register_step_model",
     "resume_guarded",
     "resume_guarded_sync",
     "run_guarded",

@@ -28,7 +28,7 @@ What the adapter translates, and nothing more: how the SDK run ended (``MaxTurns
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents import Agent, RunConfig, RunState
@@ -44,6 +44,7 @@ from agents.exceptions import (
     ToolInputGuardrailTripwireTriggered,
     ToolOutputGuardrailTripwireTriggered,
     ToolTimeoutError,
+    UserError,
 )
 from agents.lifecycle import RunHooks
 from agents.models.interface import ModelProvider
@@ -58,10 +59,14 @@ from ._internal import Halt, trace_decision
 from .claims import ClaimedState, continue_pause
 from .graph import guard_agent, guard_config, install_nested_guard, is_copy
 from .hooks import GuardHooks
+from .model import is_step_model
 from .pauses import persist_pause, waiting_detail
 from .private import agent_of_tool, state_context
 
-__all__ = ["GuardStopped", "LoopGuard"]
+__all__ = ["Entering", "GuardStopped", "LoopGuard"]
+
+Entering = Callable[[Agent[Any], Any, dict[str, Any]], None]
+"""``entering(agent, input, runner_kwargs)``: what a composing runner prepares when its run enters the guard."""
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +139,18 @@ def _check_enforceable(agent: Agent[Any], config: RunConfig, run: GuardedRun) ->
         run.check_enforceable(name if isinstance(name, str) else None, settings.max_tokens, where=where)
 
 
+def _guarded_copy(agent: Agent[Any]) -> Agent[Any]:
+    """The guarded copy of an agent the application runs; refused for an agent a durable engine already wrapped
+    (its tools' ordering would sit outside the guard, and its replays would not be recognised)."""
+    if is_step_model(agent.model):
+        raise UserError(
+            f"agent {agent.name!r} was wrapped by a durable engine ({type(agent.model).__name__}) before the guard saw "
+            "it: run it through the engine's adapter in agents_loopguard.durable (e.g. run_guarded_dbos), which "
+            "guards the agent first"
+        )
+    return guard_agent(agent)
+
+
 def _stop_of(error: BaseException) -> tuple[StopKind | None, str | None]:
     for kinds, kind in _STOPS:
         if isinstance(error, kinds):
@@ -163,6 +180,8 @@ class LoopGuard:
         self._owned: list[ModelProvider] = []
         self._max_turns_handled = False
         self._restored: RunState[Any] | None = None
+        self._composed = False
+        self._entering: Entering | None = None
 
     @property
     def finished(self) -> Outcome | None:
@@ -196,22 +215,37 @@ class LoopGuard:
 
         return {**handlers, "max_turns": marked}
 
+    def compose(self, agent: Agent[Any], *, entering: Entering | None = None) -> Agent[Any]:
+        """The guarded copy of ``agent``, for a runner that wraps the agent itself before its ``Runner.run`` (a
+        durable engine's: its model step around the guarded model, its tool ordering around the guarded tools);
+        that runner's clone of the copy then runs as it is given (see :mod:`agents_loopguard.durable`).
+        ``entering(clone, input, runner_kwargs)`` is called when the run enters, with the input restored."""
+        self._composed, self._entering = True, entering
+        return guard_agent(agent)
+
+    @property
+    def composed(self) -> bool:
+        """True once :meth:`compose` made the copy the run is given."""
+        return self._composed
+
     async def enter(self, agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> tuple[Agent[Any], Any]:
         """Called by the wrapped default agent runner when a ``Runner.run`` carries these hooks: the guarded copy
         of ``agent`` and the input restored against it; refused when the task already ended or the input is not
         the one this guard was built for."""
         self._check_entry(input)
-        copy = guard_agent(agent)
+        copy = agent if self._composed else _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
         if isinstance(input, RunState) and input is not self._restored:  # the application's state stays as it was
             input = await self.restored(agent, input)
+        if self._entering is not None:
+            self._entering(copy, input, kwargs)
         return copy, input
 
     async def restored(self, agent: Agent[Any], state: RunState[Any]) -> RunState[Any]:
         """``state`` restored against the guarded copies of ``agent``'s graph (the SDK resumes with the state's
         agents, matched by name), keeping its context; it becomes this guard's input."""
-        copy = guard_agent(agent)
+        copy = agent if self._composed else guard_agent(agent)
         context = state_context(state)
         if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
             restored: RunState[Any] = await RunState.from_json(copy, state.to_json())
@@ -229,7 +263,7 @@ class LoopGuard:
             raise ResumeError(
                 "a streamed resume of a RunState under the guard goes through run_guarded_streamed(agent, state, ...)"
             )
-        copy = guard_agent(agent)
+        copy = _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
         return copy

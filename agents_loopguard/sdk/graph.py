@@ -26,7 +26,7 @@ from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_
 from ..run import GuardedRun
 from ._internal import ACTIVE_RUN
 from .hooks import GuardHooks
-from .model import GuardedModel, GuardedModelProvider
+from .model import GuardedModel, GuardedModelProvider, guard_inside
 from .tools import guard_undeclared
 
 __all__ = ["guard_agent", "guard_config", "install_nested_guard", "is_copy"]
@@ -40,7 +40,7 @@ shares it."""
 
 
 def _guard_model(model: Any) -> Any:
-    return GuardedModel(model) if isinstance(model, Model) and not isinstance(model, GuardedModel) else model
+    return guard_inside(model, GuardedModel) if isinstance(model, Model) else model
 
 
 def _shape(agent: Agent[Any]) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ from agents.agent import Agent
 from agents.items import ModelResponse, TResponseInputItem
 from agents.lifecycle import RunHooks
 from agents.run_context import AgentHookContext, RunContextWrapper
-from agents.tool import Tool
+from agents.tool import FunctionTool, Tool
 
 from ..run import Answer, Executed, GuardedRun, ToolSpec
 from ._internal import Halt
@@ -79,7 +79,7 @@ class GuardHooks(RunHooks[Any]):
             await self._inner.on_handoff(context, from_agent, to_agent)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
-        if not is_guarded(tool):
+        if not (is_guarded(tool) or self._composed_function(tool)):
             self._reserve_unwrapped(context, tool)
         if self._inner is not None:
             await self._inner.on_tool_start(context, agent, tool)
@@ -91,6 +91,11 @@ class GuardHooks(RunHooks[Any]):
                 steps.send(Answer(result))
         if self._inner is not None:
             await self._inner.on_tool_end(context, agent, tool, result)
+
+    def _composed_function(self, tool: Tool) -> bool:
+        """A function tool of a graph guarded before a durable engine wrapped it (every function tool of a guarded
+        copy is guarded; the engine's own invoker around it hides the guard's mark)."""
+        return isinstance(tool, FunctionTool) and bool(getattr(self.attached, "composed", False))
 
     def _reserve_unwrapped(self, context: RunContextWrapper[Any], tool: Tool) -> None:
         """A tool nobody wrapped (MCP, shell, computer...) is proposed and reserved as a read before it runs; the
@@ -106,7 +111,8 @@ class GuardHooks(RunHooks[Any]):
             next(steps)  # authorized and reserved: the tool may run now
         except StopIteration as refused:
             executed: Executed = refused.value
-            assert executed.verdict is not None, "an execution that ends before running carries its verdict"
+            if executed.verdict is None:  # a durable engine's replay of a recorded execution: nothing to reserve
+                return
             raise Halt(run.stop(executed.verdict)) from None
         self._unwrapped[_key(context, tool)] = steps
 

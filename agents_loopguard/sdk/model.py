@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from agents.agent_output import AgentOutputSchemaBase
@@ -40,7 +40,7 @@ from ._internal import ACTIVE_RUN, Halt
 if TYPE_CHECKING:
     from openai.types.responses.response_prompt_param import ResponsePromptParam
 
-__all__ = ["GuardedModel", "GuardedModelProvider"]
+__all__ = ["GuardedModel", "GuardedModelProvider", "guard_inside", "register_step_model"]
 
 log = logging.getLogger(__name__)
 _NO_CLIENT: Any = object()
@@ -277,6 +277,48 @@ async def _until_deadline(events: AsyncIterator[Any], run: GuardedRun) -> AsyncI
         yield event
 
 
+_STEP_MODELS: dict[type[Model], str] = {}
+"""A durable engine's model wrapper type -> the attribute holding the model it runs inside the engine's step."""
+_KNOWN_STEP_MODELS = {"dbos_openai_agents.runner.DBOSModelWrapper": "model"}
+"""The wrappers known by name, recognised without importing their engine (nor the adapter that registers them)."""
+
+
+def _step_attribute(model: Any) -> str | None:
+    kind = type(model)
+    return _STEP_MODELS.get(kind) or _KNOWN_STEP_MODELS.get(f"{kind.__module__}.{kind.__qualname__}")
+
+
+def register_step_model(wrapper: type[Model], attribute: str) -> None:
+    """Declare a durable engine's model wrapper: a ``wrapper`` runs the model at ``wrapper.<attribute>`` inside the
+    engine's step, so the guard wraps that inner model, never the wrapper (R17: a step the engine answers from its
+    log then reserves nothing). The durable adapters (:mod:`agents_loopguard.durable`) register theirs."""
+    _STEP_MODELS[wrapper] = attribute
+
+
+def is_step_model(model: Any) -> bool:
+    """True for a durable engine's model wrapper (see :func:`register_step_model`)."""
+    return _step_attribute(model) is not None
+
+
+def guard_inside(model: Model, guard: Callable[[Model], Model]) -> Model:
+    """``guard(model)``, or, for a durable engine's wrapper (see :func:`register_step_model`), the same wrapper with
+    ``guard`` applied to the model it runs inside its step (already guarded: as is).
+
+    >>> from agents.testing import ScriptedModel
+    >>> type(guard_inside(ScriptedModel([]), GuardedModel)).__name__
+    'GuardedModel'
+    """
+    if isinstance(model, GuardedModel):
+        return model
+    attribute = _step_attribute(model)
+    if attribute is None:
+        return guard(model)
+    inner = getattr(model, attribute)
+    if isinstance(inner, Model):
+        setattr(model, attribute, guard_inside(inner, guard))
+    return model
+
+
 class GuardedModelProvider(ModelProvider):
     """Wraps a ``ModelProvider`` so that every model it resolves (by name, every turn) is a :class:`GuardedModel`."""
 
@@ -289,9 +331,13 @@ class GuardedModelProvider(ModelProvider):
         """The guarded run this provider's models belong to."""
         return self._run
 
+    @property
+    def inner_provider(self) -> ModelProvider:
+        """The wrapped provider (a durable engine's, say)."""
+        return self._inner
+
     def get_model(self, model_name: str | None) -> Model:
-        model = self._inner.get_model(model_name)
-        return model if isinstance(model, GuardedModel) else GuardedModel(model, self._run)
+        return guard_inside(self._inner.get_model(model_name), lambda model: GuardedModel(model, self._run))
 
     async def aclose(self) -> None:
         await self._inner.aclose()

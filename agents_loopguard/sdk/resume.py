@@ -23,12 +23,12 @@ from ..ops.approvals import (
     load_for_resume,
 )
 from ..run import RunOptions
-from ..store.base import PauseRecord
+from ..store.base import PauseRecord, Store
 from ..store.defaults import default_store
 from .claims import ClaimedState
 from .run import RUNNER_KEYWORDS, SdkRunFields, run_guarded, run_sync
 
-__all__ = ["resume_guarded", "resume_guarded_sync"]
+__all__ = ["claim_pause", "decided_state", "resume_guarded", "resume_guarded_sync"]
 
 
 async def _restore(
@@ -120,18 +120,52 @@ async def resume_guarded(
         named = "guard" if opts.guard is not None else "budget"
         raise TypeError(f"resume_guarded() got {named}=: a resume continues the pause's own task and budget")
     store = opts.store if opts.store is not None else default_store()
-    record = load_for_resume(store, pause_id, task_id=opts.task_id)
+    restore = {"context_deserializer": context_deserializer, "context_override": context_override}
+    claimed, applied = await claim_pause(agent, store, pause_id, decisions, who=who, why=why, task_id=opts.task_id)
+    state = await decided_state(agent, claimed, applied, rejection_message=rejection_message, **restore)
+    resumed = opts.continuing(None, task_id=claimed.task_id, budget=claimed.budget, store=store)
+    return await run_guarded(agent, ClaimedState(state), options=resumed, **runner)
+
+
+async def claim_pause(
+    agent: Agent[Any],
+    store: Store,
+    pause_id: str,
+    decisions: Mapping[str, str] | None,
+    *,
+    who: str,
+    why: str = "",
+    task_id: str | None = None,
+    context_deserializer: Callable[[Mapping[str, Any]], Any] | None = None,
+    context_override: Any = None,
+) -> tuple[PauseRecord, dict[str, str]]:
+    """Check a stored pause (its digest, its task, the decisions, that ``agent``'s graph restores its run state) and
+    claim it once: the claimed pause and the decisions applied. The first half of :func:`resume_guarded` (a durable
+    engine records it as one step, so a replay never claims twice)."""
+    record = load_for_resume(store, pause_id, task_id=task_id)
     chosen = decisions_for(record, decisions)
-    state = await _restore(agent, record, context_deserializer=context_deserializer, context_override=context_override)
+    await _restore(agent, record, context_deserializer=context_deserializer, context_override=context_override)
     claimed, transition = claim_for_resume(store, record, chosen, who=who, why=why, given=decisions is not None)
-    applied: Mapping[str, str] = transition.decisions
+    return claimed, dict(transition.decisions)
+
+
+async def decided_state(
+    agent: Agent[Any],
+    claimed: PauseRecord,
+    applied: Mapping[str, str],
+    *,
+    rejection_message: str | None = None,
+    context_deserializer: Callable[[Mapping[str, Any]], Any] | None = None,
+    context_override: Any = None,
+) -> RunState[Any]:
+    """The claimed pause's run state restored against ``agent`` with the decisions applied: ready to run."""
+    state = await _restore(agent, claimed, context_deserializer=context_deserializer, context_override=context_override)
     for item in state.get_interruptions():
         if applied[str(item.call_id)] == APPROVE:
             state.approve(item)
         else:
             state.reject(item, rejection_message=rejection_message)
-    resumed = opts.continuing(None, task_id=claimed.task_id, budget=claimed.budget, store=store)
-    return await run_guarded(agent, ClaimedState(state), options=resumed, **runner)
+    return state
 
 
 def resume_guarded_sync(agent: Agent[Any], pause_id: str, **kwargs: Any) -> Outcome:

@@ -37,6 +37,7 @@ __all__ = [
     "Progress",
     "Settlement",
     "StateError",
+    "StepRecord",
     "StopMark",
     "Store",
     "StoreError",
@@ -231,6 +232,19 @@ class TraceEntry:
     operation_state: str | None = None
     at: float = 0.0
     seq: int = 0
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of a durable engine's workflow as the task saw it (R17): a model call or a tool execution, keyed by
+    the engine's own identity of the step (see :class:`~agents_loopguard.run.DurableSteps`)."""
+
+    key: str
+    attempts: int
+    """How many times the step began: more than 1 when the engine re-executed it after its worker died."""
+    done: bool = False
+    """The step ended and recorded what the model read (:attr:`output`): a replay returns it, runs nothing."""
+    output: Any = None
 
 
 @dataclass(frozen=True)
@@ -519,6 +533,17 @@ class Store(abc.ABC):
         poll was ``pending``, and grows by one otherwise. ``seen`` keys (cursors, record ids) are remembered and
         reported as seen before or not.
         """
+
+    @abc.abstractmethod
+    def begin_step(self, task_id: str, key: str, *, now: float = 0.0) -> StepRecord:
+        """A durable engine's step begins, in one step: recorded with ``attempts`` 1 the first time; a step that
+        began and never ended (its worker died) counts one more attempt; an ended step is returned unchanged (the
+        engine is replaying it: its recorded output stands)."""
+
+    @abc.abstractmethod
+    def end_step(self, task_id: str, key: str, output: Any, *, now: float = 0.0) -> StepRecord:
+        """Record that the step ended and what the model read (``output``, stored as JSON); a step that already ended
+        keeps its first output. Raises :class:`NotFoundError` for a step that never began."""
 
     @abc.abstractmethod
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:

@@ -22,6 +22,7 @@ from .base import (
     PauseRecord,
     Progress,
     Settlement,
+    StepRecord,
     StopMark,
     Store,
     TaskSnapshot,
@@ -43,6 +44,7 @@ from .rules import (
     reopens,
     token_refusal,
     turn_refusal,
+    unknown_step,
     unknown_task,
 )
 
@@ -146,6 +148,7 @@ class MemoryStore(Store):
         self._activations: dict[str, Activation] = {}
         self._pauses: dict[str, PauseRecord] = {}
         self._transitions: list[TransitionRecord] = []
+        self._steps: dict[tuple[str, str], StepRecord] = {}
 
     def _task(self, task_id: str) -> _Task:
         try:
@@ -389,6 +392,25 @@ class MemoryStore(Store):
             task.append(entry)
             task.updated_at = entry.at
             return Progress(task.revision, task.stalled, seen_before, task.used)
+
+    def begin_step(self, task_id: str, key: str, *, now: float = 0.0) -> StepRecord:
+        with self._lock:
+            self._task(task_id)
+            step = self._steps.get((task_id, key))
+            if step is None or not step.done:
+                step = StepRecord(key, 1 if step is None else step.attempts + 1)
+                self._steps[(task_id, key)] = step
+            return copy.deepcopy(step)
+
+    def end_step(self, task_id: str, key: str, output: Any, *, now: float = 0.0) -> StepRecord:
+        stored = copy.deepcopy(output)
+        with self._lock:
+            step = self._steps.get((task_id, key))
+            if step is None:
+                raise unknown_step(task_id, key)
+            if not step.done:
+                step = self._steps[(task_id, key)] = replace(step, done=True, output=stored)
+            return copy.deepcopy(step)
 
     def append_trace(self, task_id: str, entry: TraceEntry) -> None:
         with self._lock:

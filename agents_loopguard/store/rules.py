@@ -48,6 +48,7 @@ __all__ = [
     "stop_refusal",
     "token_refusal",
     "turn_refusal",
+    "unknown_step",
     "unknown_task",
 ]
 
@@ -265,6 +266,11 @@ def token_refusal(task: TaskView, input_tokens: int, output_tokens: int) -> Gran
 
 
 # --- operator steps refused by the state of what they name ---------------------------------------------------------
+
+
+def unknown_step(task_id: str, key: str) -> NotFoundError:
+    """The error of ending a durable step that never began."""
+    return NotFoundError(f"no step {key!r} began in task {task_id!r}: begin_step first")
 
 
 def unknown_task(task_id: str) -> NotFoundError:

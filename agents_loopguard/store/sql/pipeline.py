@@ -76,9 +76,15 @@ class Pipelined:
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is None:
             return True
+        locked = False  # the task's lock is still held and the aborted pipeline takes no more statements
         if self._key is not None and self._unlock is None:  # nothing was sent after the lock: release it anyway
             self._pipeline = pipeline
-            self._release()
+            try:
+                self._release()
+            except Exception:
+                if error is None:
+                    raise
+                locked = True  # the step lost a race before the unlock was queued: unlock once the pipeline ended
             self._pipeline = None
         try:
             self._context.__exit__(None, None, None)
@@ -87,9 +93,23 @@ class Pipelined:
             if error is None:
                 raise
             return True  # the step's own error stands: the caller raises it
+        finally:
+            if locked:
+                self._unlock_now()
         self._committed()
         row = self._lock.fetchone() if self._lock is not None else None
         return row is None or bool(row[0])
+
+    def _unlock_now(self) -> None:
+        """Release the task's lock outside the pipeline (a session lock: left held, every worker queueing on the task
+        would wait for this connection)."""
+        conn = self._cur.connection
+        if conn.closed:
+            return  # a closed session holds no lock
+        try:
+            conn.execute("SELECT pg_advisory_unlock(%(k)s)", {"k": self._key})
+        except Exception:
+            conn.close()  # ending the session releases its locks; the next step opens a new connection
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cur, name)

@@ -37,7 +37,7 @@ __all__ = [
     "survey",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the tables in :mod:`.tables`; a database that carries another one is refused with a message."""
 MIGRATE_COMMAND = "loopguard migrate"
 """The command that brings a store of an older version to :data:`SCHEMA_VERSION`."""

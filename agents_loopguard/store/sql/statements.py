@@ -18,7 +18,7 @@ from sqlalchemy import BigInteger, Table, Text
 from sqlalchemy.engine import Dialect
 
 from ..base import OperationState
-from .tables import TOKEN_LIMIT_COLUMNS, acts, ops, pauses, reps, seen, tasks, tool_runs, trace, trans
+from .tables import TOKEN_LIMIT_COLUMNS, acts, ops, pauses, reps, seen, steps, tasks, tool_runs, trace, trans
 
 __all__ = ["Compiled", "Statements", "execute", "fetch_all", "fetch_one"]
 
@@ -88,6 +88,7 @@ class Statements:
         self._activations()
         self._pauses()
         self._transitions()
+        self._steps()
 
     def _tasks(self) -> None:
         c, ins = self.compile, self.insert
@@ -430,6 +431,27 @@ class Statements:
             .where(ps.c.pause_id == p("pause_id"), ps.c.status != "resumed")
             .values(status="resumed", resumed_at=p("now"), resumed_by=p("who"), decisions=p("decisions"))
             .returning(ps)
+        )
+
+    def _steps(self) -> None:
+        c, ins, s = self.compile, self.insert, steps
+        key = sa.and_(s.c.task_id == p("task_id"), s.c.step_key == p("step_key"))
+        self.step = c(sa.select(s).where(key))
+        self.step_begin = c(  # a new step, or one more attempt of a step that never ended; an ended one: no row
+            ins(s)
+            .values(task_id=p("task_id"), step_key=p("step_key"), attempts=1, done=False, updated_at=p("now"))
+            .on_conflict_do_update(
+                index_elements=["task_id", "step_key"],
+                set_={"attempts": s.c.attempts + 1, "updated_at": p("now")},
+                where=s.c.done == sa.false(),
+            )
+            .returning(*s.c)
+        )
+        self.step_end = c(
+            sa.update(s)
+            .where(key, s.c.done == sa.false())
+            .values(done=True, output=p("output"), updated_at=p("now"))
+            .returning(*s.c)
         )
 
     def _transitions(self) -> None:

@@ -24,6 +24,7 @@ from ..base import (
     PauseRecord,
     Progress,
     Settlement,
+    StepRecord,
     StopMark,
     Store,
     TaskSnapshot,
@@ -33,7 +34,7 @@ from ..base import (
     ensured,
     operator_text,
 )
-from ..rules import check_tokens, progressed
+from ..rules import check_tokens, progressed, unknown_step
 from .connection import Database
 from .postgres import PostgresSteps
 from .sqlite import SQLiteSteps
@@ -46,6 +47,7 @@ from .tables import (
     operation,
     pause,
     snapshot,
+    step_record,
     trace_entry,
     trace_params,
     transition,
@@ -411,6 +413,28 @@ class SQLStore(Store):
 
         self._db.flush()
         return [trace_entry(row) for row in self._db.read(work)]
+
+    # --- durable engines' steps (R17) -----------------------------------------------------------------------------
+
+    def begin_step(self, task_id: str, key: str, *, now: float = 0.0) -> StepRecord:
+        params = {"task_id": task_id, "step_key": key, "now": now}
+
+        def work(cur: Any) -> Any:
+            self._steps.get_task(cur, task_id)
+            return fetch_one(cur, self._st.step_begin, params) or fetch_one(cur, self._st.step, params)
+
+        return step_record(self._db.write(work, durable=True, task=task_id))
+
+    def end_step(self, task_id: str, key: str, output: Any, *, now: float = 0.0) -> StepRecord:
+        params = {"task_id": task_id, "step_key": key, "output": dumps(output), "now": now}
+
+        def work(cur: Any) -> Any:
+            row = fetch_one(cur, self._st.step_end, params) or fetch_one(cur, self._st.step, params)
+            if row is None:
+                raise unknown_step(task_id, key)
+            return row
+
+        return step_record(self._db.write(work, durable=True, task=task_id))
 
     # --- stop mark and terminal outcome -------------------------------------------------------------------------------
 

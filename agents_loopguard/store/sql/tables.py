@@ -21,6 +21,7 @@ from ..base import (
     OperationRecord,
     OperationState,
     PauseRecord,
+    StepRecord,
     TaskSnapshot,
     TraceEntry,
     TransitionRecord,
@@ -35,6 +36,7 @@ __all__ = [
     "PauseRow",
     "RepetitionRow",
     "SeenRow",
+    "StepRow",
     "TaskRow",
     "ToolRunRow",
     "TraceRow",
@@ -165,6 +167,20 @@ class SeenRow(_Table, table=True):
     key: str = Field(primary_key=True)
 
 
+class StepRow(_Table, table=True):
+    """A durable engine's step as a task saw it (R17): how many times it began, and what the model read once it
+    ended (a replay returns it)."""
+
+    __tablename__ = "loopguard_steps"
+    __table_args__ = _COMPACT
+    task_id: str = Field(primary_key=True)
+    step_key: str = Field(primary_key=True)
+    attempts: int = _big(default=1)
+    done: bool = False
+    output: str | None = _json()
+    updated_at: float = 0.0
+
+
 class ActivationRow(_Table, table=True):
     """One activation of a workflow and its place in a re-entry chain."""
 
@@ -243,6 +259,7 @@ trace = _table(TraceRow)
 reps = _table(RepetitionRow)
 seen = _table(SeenRow)
 tool_runs = _table(ToolRunRow)
+steps = _table(StepRow)
 acts = _table(ActivationRow)
 pauses = _table(PauseRow)
 trans = _table(TransitionRow)
@@ -268,6 +285,10 @@ def loads(text: str | None) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise StoreError(f"the store holds a damaged JSON value ({exc}): restore the database from a backup") from None
+
+
+def step_record(row: Any) -> StepRecord:
+    return StepRecord(str(row["step_key"]), int(row["attempts"]), bool(row["done"]), loads(row["output"]))
 
 
 def usage(row: Any, prefix: str = "") -> Usage:

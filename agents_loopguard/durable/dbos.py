@@ -1,0 +1,183 @@
+"""An Agents SDK agent in a DBOS workflow, guarded: :func:`run_guarded_dbos` (dbos 3.4, dbos-openai-agents 0.3).
+
+Which layer wraps which, from the outside in:
+
+* the workflow (``@DBOS.workflow()``) calls :func:`run_guarded_dbos`, which makes the guarded copy of the agent
+  (its model wrapped by :class:`~agents_loopguard.sdk.GuardedModel`, its function tools by the guard) and hands
+  it to ``DBOSRunner.run``;
+* ``DBOSRunner`` wraps the copy's model in its model step (``DBOSModelWrapper``: each ``get_response`` a
+  ``@DBOS.step``) and each tool's invoker in its ordering turnstile; a model it resolves by name through its own
+  ``DBOSModelProvider`` gets the guard inside the step as well
+  (:func:`~agents_loopguard.sdk.model.register_step_model`);
+* so the guard's reservation runs *inside* DBOS's model step: a step DBOS answers from its system database after a
+  crash never reaches it (nothing reserved), and a step DBOS executes again is that request's attempt again;
+* tools are not DBOS steps (unless the application makes them so): a replayed workflow runs them again, and the
+  guard answers each from the task's record, keyed by the workflow id and the model's tool-call id (stable: it
+  comes from the recorded model response). A write whose worker died inside it is ``unknown`` in the ledger: never
+  sent again, the run ends ``needs_reconciliation``.
+
+The task defaults to the workflow's id, so DBOS's recovery of the workflow continues the same task and budget;
+several workflows (queue workers) given one ``task_id`` share one budget through the store (PostgreSQL).
+
+The DBOS example in ``docs/durable.md`` runs against a real DBOS on PostgreSQL (``tests/test_durable_dbos.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from agents import Agent, RunConfig, RunState
+from agents.lifecycle import RunHooks
+from dbos import DBOS
+from dbos_openai_agents import DBOSRunner
+from dbos_openai_agents.runner import DBOSModelWrapper, Turnstile
+from typing_extensions import Unpack
+
+from ..engine.outcome import Outcome
+from ..ops.approvals import DecisionError
+from ..run import RunFields, RunOptions
+from ..sdk import LoopGuard, register_step_model
+from ..sdk.claims import ClaimedState
+from ..sdk.private import tool_decisions
+from ..sdk.resume import claim_pause, decided_state
+from ..store.defaults import default_store
+
+__all__ = ["DBOSSteps", "resume_guarded_dbos", "run_guarded_dbos"]
+
+register_step_model(DBOSModelWrapper, "model")
+
+
+class DBOSSteps:
+    """Where DBOS is in the workflow (:class:`~agents_loopguard.run.DurableSteps`): a model call is keyed by the
+    workflow id and DBOS's step id (its function id, assigned in order, the same on every replay), a tool execution
+    by the workflow id and the model's tool-call id.
+
+    >>> DBOSSteps().model_step() is None, DBOSSteps().tool_step("call-1") is None   # outside a workflow
+    (True, True)
+    """
+
+    def model_step(self) -> str | None:
+        workflow, step = DBOS.workflow_id, DBOS.step_id
+        return None if workflow is None or step is None else f"dbos:{workflow}:step:{step}"
+
+    def tool_step(self, call_id: str | None) -> str | None:
+        workflow = DBOS.workflow_id
+        return None if workflow is None or not call_id else f"dbos:{workflow}:tool:{call_id}"
+
+
+async def run_guarded_dbos(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    options: RunOptions | None = None,
+    context: Any = None,
+    max_turns: int | None = None,
+    hooks: RunHooks[Any] | None = None,
+    run_config: RunConfig | Mapping[str, Any] | None = None,
+    error_handlers: Any = None,
+    **fields: Unpack[RunFields],
+) -> Outcome:
+    """Run ``agent`` through ``DBOSRunner.run`` under the task's guard, inside the current ``@DBOS.workflow()``, and
+    return the one :class:`~agents_loopguard.Outcome` (as :func:`~agents_loopguard.sdk.run_guarded` does).
+
+    The options are :func:`~agents_loopguard.sdk.run_guarded`'s; ``task_id`` defaults to the workflow's id (a
+    recovered workflow continues its task). The model must be the agent's (``run_config.model`` is refused: DBOS
+    makes only the agent's model a step). DBOS does not stream.
+
+    Raises ``RuntimeError`` outside a DBOS workflow.
+    """
+    workflow = _workflow_id("run_guarded_dbos")
+    opts = RunOptions.merge(options, fields)
+    config = RunConfig(**run_config) if isinstance(run_config, Mapping) else run_config
+    if config is not None and config.model is not None:
+        raise ValueError(
+            "run_config.model is not run as a DBOS step: set the model on the agent (Agent(model=...)) instead"
+        )
+    if opts.guard is None and opts.task_id is None:
+        opts = dataclasses.replace(opts, task_id=workflow)
+    guard = LoopGuard(input, dataclasses.replace(opts, durable=DBOSSteps()))
+    if guard.finished is not None:
+        return guard.finished
+    kwargs: dict[str, Any] = {
+        "hooks": guard.hooks(hooks),
+        "run_config": guard.run_config(config),
+        "error_handlers": guard.error_handlers(error_handlers),
+        "context": context,
+    }
+    if max_turns is not None:
+        kwargs["max_turns"] = max_turns
+    try:
+        result: Any = await DBOSRunner.run(guard.compose(agent, entering=_prime_turnstile), guard.input, **kwargs)
+    except asyncio.CancelledError:
+        result = None
+    except Exception as exc:
+        result = exc
+    return await guard.outcome(result)
+
+
+def _prime_turnstile(agent: Agent[Any], input: Any, kwargs: dict[str, Any]) -> None:
+    """A resumed ``RunState`` runs its approved calls before any model call, but DBOS's tool turnstile is set only
+    by a model response (an empty one fails every call: ``KeyError``). Set it to the approved calls, in the state's
+    order, on the run's DBOS state (``DBOSModelWrapper._state``: dbos-openai-agents 0.3 has no public door)."""
+    if not isinstance(input, RunState) or not input.get_interruptions():
+        return
+    provider = getattr(kwargs.get("run_config"), "model_provider", None)
+    provider = getattr(provider, "inner_provider", provider)  # the guard's provider around DBOS's
+    state = getattr(agent.model, "_state", None) or getattr(provider, "_state", None)
+    if state is None or not hasattr(state, "turnstile"):
+        raise RuntimeError(
+            "this dbos-openai-agents keeps its tool turnstile elsewhere: a resumed approval cannot run under it"
+        )
+    approved = tool_decisions(input)
+    calls = [str(item.call_id) for item in input.get_interruptions() if approved(item.name, str(item.call_id))]
+    state.turnstile = Turnstile(calls)
+
+
+def _workflow_id(entry: str) -> str:
+    workflow = DBOS.workflow_id
+    if workflow is None:
+        raise RuntimeError(f"{entry} runs inside a @DBOS.workflow() function (DBOSRunner.run needs one)")
+    return workflow
+
+
+async def resume_guarded_dbos(
+    agent: Agent[Any],
+    pause_id: str,
+    *,
+    decisions: Mapping[str, str] | None = None,
+    why: str = "",
+    rejection_message: str | None = None,
+    options: RunOptions | None = None,
+    context: Any = None,
+    max_turns: int | None = None,
+    hooks: RunHooks[Any] | None = None,
+    run_config: RunConfig | Mapping[str, Any] | None = None,
+    **fields: Unpack[RunFields],
+) -> Outcome:
+    """Resume a stored approval pause once, inside the current ``@DBOS.workflow()`` (any process), under the pause's
+    own task: same budget, counters continuing (R13), as :func:`~agents_loopguard.sdk.resume_guarded` does.
+
+    The claim (checks, decisions, resumed once) is a DBOS step: a replay of this workflow after a crash reads the
+    recorded claim and never claims twice; the run then goes on through :func:`run_guarded_dbos`. ``who=`` is
+    required; ``store=`` is the store the pause was saved in.
+    """
+    _workflow_id("resume_guarded_dbos")
+    opts = RunOptions.merge(options, fields)
+    if not opts.who:
+        raise DecisionError("a resume is recorded with who resumes: pass who=")
+    if opts.guard is not None or opts.budget is not None:
+        raise TypeError("resume_guarded_dbos() continues the pause's own task and budget: no guard= or budget=")
+    store = opts.store if opts.store is not None else default_store()
+    who = opts.who
+
+    async def claim() -> Any:
+        return await claim_pause(agent, store, pause_id, decisions, who=who, why=why, task_id=opts.task_id)
+
+    claimed, applied = await DBOS.run_step_async({"name": "agents_loopguard.claim_pause"}, claim)
+    state = await decided_state(agent, claimed, applied, rejection_message=rejection_message)
+    resumed = opts.continuing(None, task_id=claimed.task_id, budget=claimed.budget, store=store)
+    runner = {"context": context, "max_turns": max_turns, "hooks": hooks, "run_config": run_config}
+    return await run_guarded_dbos(agent, ClaimedState(state), options=resumed, **runner)

@@ -1,0 +1,301 @@
+"""R17 on a real DBOS (dbos 3.4 + dbos-openai-agents 0.3) on our PostgreSQL: an Agents SDK agent in a
+``@DBOS.workflow``, guarded by ``run_guarded_dbos``, SIGKILLed at several points and recovered by DBOS in another
+process; then DBOS queue workers sharing one task budget.
+
+Every worker is a real OS process (tests/workers/dbos_worker.py); the model is the real ``openai`` client over HTTP
+against the scripted server in this process, so the requests the server received are counted here, not read back
+from the store under test. The one side effect is a line per refund body in ``writes.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents_loopguard import Budget
+from agents_loopguard.store import SQLStore
+from tests.conftest import libpq_url
+from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dynamic, final_text, stall, tool_call
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
+
+WORKER = Path(__file__).parent / "workers" / "dbos_worker.py"
+SYSTEM_DATABASE = "loopguard_dbos"
+"""DBOS's system database: a database of its own on the test server (each test a schema of its own in it)."""
+
+POINTS = {  # kill point -> the outcome after DBOS recovered the workflow
+    "before-model-2": ("completed", "validated_done"),
+    "in-model-step": ("completed", "validated_done"),
+    "after-model-1": ("completed", "validated_done"),
+    "in-tool": ("needs_reconciliation", "unknown_commit"),
+    "in-verify": ("needs_reconciliation", "unknown_commit"),
+}
+LOOKUPS = 12
+"""Pages a lookup workflow reads: each one needs 13 model turns, more than the shared budget."""
+ROUNDS = int(os.environ.get("LG_DBOS_ROUNDS", "4"))
+"""Rounds per kill point: 20 in all."""
+
+
+def _order_of(body: JSON) -> int:
+    text = json.dumps(body.get("messages", []))
+    found = re.search(r"(?:refund|lookup) order (\d+)", text)
+    assert found, f"a request without its order: {text[:200]}"
+    return int(found.group(1))
+
+
+def _answer(body: JSON) -> Step:
+    """The model: refund the order the user names, then answer once the tool's output is in the conversation; asked
+    to look an order up, it reads LOOKUPS pages (slowly: the queue's workers overlap) before it answers."""
+    messages = body.get("messages", [])
+    read = sum(message.get("role") == "tool" for message in messages)
+    if "lookup order" in json.dumps(messages):
+        step = (
+            final_text("nothing new")
+            if read >= LOOKUPS
+            else tool_call("lookup", {"order": _order_of(body), "page": read})
+        )
+        return stall(0.2, step)
+    if read:
+        return final_text("refunded")
+    return tool_call("refund", {"order": _order_of(body)})
+
+
+@pytest.fixture
+def dbos_schema(postgres_url: str) -> Iterator[tuple[str, str]]:
+    """(DBOS's system database URL, a fresh schema for its tables), the schema dropped afterwards."""
+    import psycopg
+
+    with psycopg.connect(libpq_url(postgres_url), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SYSTEM_DATABASE,)).fetchone()
+        if not exists:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another test process made it first
+                conn.execute(f'CREATE DATABASE "{SYSTEM_DATABASE}"')
+    system_url = libpq_url(postgres_url).rsplit("/", 1)[0] + f"/{SYSTEM_DATABASE}"
+    schema = f"dbos_{uuid.uuid4().hex[:10]}"
+    try:
+        yield system_url, schema
+    finally:
+        with psycopg.connect(system_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+class Cluster:
+    """The scripted model server, DBOS's system database and the guard's store, shared by the worker processes."""
+
+    def __init__(self, server: ScriptedOpenAIServer, system: tuple[str, str], store_url: str, folder: Path) -> None:
+        self.server, self.store_url, self.folder = server, store_url, folder
+        self.system_url, self.system_schema = system
+
+    def config(self, mode: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "mode": mode,
+            "folder": str(self.folder),
+            "base_url": self.server.base_url,
+            "system_url": self.system_url,
+            "system_schema": self.system_schema,
+            "store_url": self.store_url,
+            **fields,
+        }
+
+    def start(self, mode: str, **fields: Any) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), json.dumps(self.config(mode, **fields))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+
+    def requests_by_order(self) -> Counter[int]:
+        bodies = [request.body for request in self.server.requests]
+        assert all(isinstance(body, dict) for body in bodies), [r.path for r in self.server.requests if not r.body]
+        return Counter(_order_of(body) for body in bodies)
+
+    def writes(self) -> Counter[str]:
+        log = self.folder / "writes.log"
+        return Counter(log.read_text().split()) if log.exists() else Counter()
+
+
+@pytest.fixture
+def cluster(dbos_schema: tuple[str, str], pg_schema_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    with ScriptedOpenAIServer([dynamic(_answer) for _ in range(400)]) as server:
+        store = SQLStore(pg_schema_url)  # the store's tables, made once before the workers race for them
+        store.close()
+        yield Cluster(server, dbos_schema, pg_schema_url, tmp_path)
+
+
+def _finished(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def _results(out: str) -> dict[str, dict[str, Any]]:
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {row["workflow_id"]: row for row in rows}
+
+
+def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
+    """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
+
+    20 rounds (4 per kill point): each workflow's worker (a DBOS executor of its own) is SIGKILLed at its point;
+    another process then recovers the dead executors' workflows, as DBOS does for a dead executor. Every refund
+    body ran once, each task's model turns equal the requests the server received for its order, and each outcome
+    is the one its kill point leads to."""
+    rounds = [(point, n) for point in POINTS for n in range(ROUNDS)]
+    plan: dict[str, tuple[str, int]] = {}
+    for index, (point, _) in enumerate(rounds):
+        order = 1000 + index + int(uuid.uuid4().int % 10**6) * 100
+        workflow_id = f"wf-{uuid.uuid4().hex[:10]}"
+        plan[workflow_id] = (point, order)
+    pending = list(plan.items())
+    while pending:  # two killed workers at a time (2 cores)
+        batch, pending = pending[:2], pending[2:]
+        started = [
+            cluster.start("start", workflow_id=w, task_id=f"task-{w}", order=o, kill=p, executor=f"ex-{w}")
+            for w, (p, o) in batch
+        ]
+        for process in started:
+            code, _, err = _finished(process)
+            assert code == -9, f"the worker was to be killed, it exited {code}: {err[-2000:]}"
+    executors = [f"ex-{w}" for w in plan]
+    recovery = cluster.start(
+        "recover", workflow_ids=list(plan), executors=executors, executor=f"ex-{uuid.uuid4().hex[:8]}"
+    )
+    code, out, err = _finished(recovery, timeout=240)
+    assert code == 0, err[-3000:]
+    results = _results(out)
+    assert set(results) == set(plan)
+    requests, writes = cluster.requests_by_order(), cluster.writes()
+    store = SQLStore(cluster.store_url)
+    try:
+        for workflow_id, (point, order) in plan.items():
+            result = results[workflow_id]
+            assert writes[f"refund-{order}"] == 1, (point, writes[f"refund-{order}"])
+            trace = [(e.kind, e.tool, e.result_class) for e in store.trace(f"task-{workflow_id}")]
+            assert (result["status"], result["reason"]) == POINTS[point], (point, result, trace, requests[order])
+            task = store.task(f"task-{workflow_id}")
+            assert task is not None and task.used.models == requests[order] == result["models"], (
+                point,
+                requests[order],
+                trace,
+            )
+            assert task.used.tools == 1, (point, task.used)
+            assert result["pid"] == recovery.pid, "the recovering process finished the workflow"
+    finally:
+        store.close()
+    assert sum(writes.values()) == len(plan)
+
+
+def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: Cluster) -> None:
+    """Rules: R16 (many workers share a task), R17, R2 (the model budget).
+
+    Three DBOS worker processes pull six workflows of one task from a DBOS queue, concurrently. The task's budget
+    (10 model turns) is less than the work (13 turns each): the turns reserved equal the requests the server received,
+    and never exceed the budget. A second task's stop mark, set before its workflows are enqueued, lets none of
+    them send a request."""
+    from dbos import DBOSClient
+
+    executors = [f"ex-q{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]
+    workers = [cluster.start("queue", executor=e, model_turns=10, tool_executions=40) for e in executors]
+    deadline = time.monotonic() + 120
+    while not all((cluster.folder / f"ready-{e}").exists() for e in executors):  # every worker listens first
+        assert time.monotonic() < deadline and all(w.poll() is None for w in workers), "a queue worker did not start"
+        time.sleep(0.1)
+    client = DBOSClient(system_database_url=cluster.system_url, dbos_system_schema=cluster.system_schema)
+    store = SQLStore(cluster.store_url)
+    try:
+        store.ensure_task("stopped-task", Budget(model_turns=50, tool_executions=50))
+        store.request_stop("stopped-task", "the operator stopped it")
+        options = {"queue_name": "refunds", "workflow_name": "refund_flow", "app_version": "loopguard-test-1"}
+        shared = [client.enqueue(options, "shared-task", 7000 + n, "lookup") for n in range(6)]  # type: ignore[arg-type]
+        stopped = [client.enqueue(options, "stopped-task", 8000 + n, "lookup") for n in range(3)]  # type: ignore[arg-type]
+        results = [handle.get_result() for handle in shared + stopped]
+    finally:
+        (cluster.folder / "stop").write_text("")
+        for process in workers:
+            code, _, err = _finished(process)
+            assert code == 0, err[-2000:]
+        client.destroy()
+    requests = cluster.requests_by_order()
+    task = store.task("shared-task")
+    store.close()
+    assert task is not None
+    shared_requests = sum(requests[7000 + n] for n in range(6))
+    assert task.used.models == shared_requests == 10, (task.used, shared_requests, results)
+    assert len({result["pid"] for result in results[:6]}) > 1, "the queue spread the workflows over the workers"
+    assert sum(requests[8000 + n] for n in range(3)) == 0
+    assert all(result["reason"] == "stop_requested" for result in results[6:]), results[6:]
+
+
+@pytest.mark.parametrize("kill", ["", "in-verify"], ids=["resumed", "killed-in-the-resumed-write"])
+def test_r13_r17_an_approval_pause_in_a_dbos_workflow_is_stored_with_the_budget_and_resumed_once(
+    cluster: Cluster, kill: str
+) -> None:
+    """Rules: R13 (a pause keeps the budget, resumed once), R17, R6.
+
+    A workflow's refund needs approval: the run pauses (needs_human), its pause stored with the task's budget. An
+    operator approves; a second workflow in another process resumes it with ``resume_guarded_dbos`` (the claim is a
+    DBOS step). Killed inside the approved write, its recovery replays the claim (never claiming twice) and ends
+    needs_reconciliation without a second write; not killed, it completes with the model turns continuing. A second
+    resume of the same pause is refused."""
+    from agents_loopguard.ops.approvals import decide
+
+    order, task = 9000 + int(uuid.uuid4().int % 10**5), f"task-{uuid.uuid4().hex[:8]}"
+    first = cluster.start(
+        "start", workflow_id=f"wf-{task}", task_id=task, order=order, work="approve", executor=f"ex-{task}"
+    )
+    code, out, err = _finished(first)
+    assert code == 0, err[-2000:]
+    paused = _results(out)[f"wf-{task}"]
+    assert (paused["status"], paused["reason"], paused["models"]) == ("needs_human", "approval", 1)
+    assert cluster.writes()[f"refund-{order}"] == 0
+    store = SQLStore(cluster.store_url)
+    try:
+        decide(store, paused["pause_id"], who="lead", approve_all=True)
+        resume_id = f"wf-resume-{task}"
+        resume = cluster.start(
+            "start",
+            workflow_id=resume_id,
+            pause_id=paused["pause_id"],
+            order=order,
+            kill=kill,
+            executor=f"ex-{resume_id}",
+        )
+        code, out, err = _finished(resume)
+        if kill:
+            assert code == -9, err[-2000:]
+            recovery = cluster.start(
+                "recover", workflow_ids=[resume_id], executors=[f"ex-{resume_id}"], executor=f"ex-r-{task}"
+            )
+            code, out, err = _finished(recovery)
+        assert code == 0, err[-3000:]
+        resumed = _results(out)[resume_id]
+        expected = ("needs_reconciliation", "unknown_commit") if kill else ("completed", "validated_done")
+        assert (resumed["status"], resumed["reason"]) == expected, resumed
+        assert cluster.writes()[f"refund-{order}"] == 1
+        assert resumed["models"] == cluster.requests_by_order()[order] == (1 if kill else 2)
+        assert [t.kind for t in store.transitions(task)] == ["resume"]  # claimed once, the replay included
+        again = cluster.start(
+            "start",
+            workflow_id=f"wf-again-{task}",
+            pause_id=paused["pause_id"],
+            order=order,
+            executor=f"ex-again-{task}",
+        )
+        code, _, err = _finished(again)
+        assert code != 0 and "PauseAlreadyResumed" in err, err[-2000:]
+        assert cluster.writes()[f"refund-{order}"] == 1
+    finally:
+        store.close()
