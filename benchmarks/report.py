@@ -10,8 +10,8 @@ It runs, in one process tree: ``bench_sdk.py`` (guarded / plain runs), ``bench_l
 ``bench_contention.py`` (PostgreSQL workers on one task), a count of what one guarded turn sends to each database,
 the raw floors of those databases, and ``bench_core.py`` (the engine and canonical JSON); then replaces the text
 between the two ``report.py`` markers of docs/performance.md with the tables, the machine they ran on and a goals
-table (met / missed, and the measured floor that stops a missed goal). ``--print`` prints the section instead of writing it. Without a PostgreSQL URL the
-PostgreSQL rows are left out.
+table (met / missed, and the measured floor that stops a missed goal). ``--print`` prints the section instead of
+writing it. Without a PostgreSQL URL the PostgreSQL rows are left out.
 """
 
 from __future__ import annotations
