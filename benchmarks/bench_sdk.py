@@ -17,7 +17,7 @@ the commits that protect writes and decisions) and on PostgreSQL. Each figure is
 ratios of interleaved pairs (guarded and plain back to back, who goes first alternating); see ``paired.py``.
 
 After the pairs of a figure, a few more guarded runs (each after a plain one, as in the pairs) time every call of
-the store's public methods *inside* the run (:class:`StoreClock`): the median store time per guarded run, what
+the store's public methods *inside* the run (``paired.StoreClock``): the median store time per guarded run, what
 ``report.py`` builds each floor from. The pairs themselves run unwrapped.
 """
 
@@ -26,14 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import openai
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
-from paired import Ratio, goal_cell, paired, pg_schema, run_paired_async, table
+from paired import Ratio, astore_seconds, goal_cell, paired, pg_schema, run_paired_async, store_seconds, table
 
 from agents_loopguard import Budget, MemoryStore, Store
 from agents_loopguard.function_calling import GuardedTool, run_chat_completions
@@ -167,70 +164,6 @@ def raw_guarded(client: openai.OpenAI, server: ScriptedOpenAIServer, turns: int,
         assert outcome.done and outcome.used.tools == turns, outcome
 
     return go
-
-
-# --- the store's time inside a run ----------------------------------------------------------------------------------
-
-
-class StoreClock:
-    """While :meth:`installed`, every call of the store's public methods is timed (the outermost call only, so a
-    method calling another is counted once): ``seconds`` in all, ``calls`` by method."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.seconds = 0.0
-        self.calls: dict[str, int] = {}
-        self._depth = 0
-
-    def _timed(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        @wraps(method)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            self._depth += 1
-            start = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self.seconds += time.perf_counter() - start
-                    self.calls[name] = self.calls.get(name, 0) + 1
-
-        return timed
-
-    @contextmanager
-    def installed(self) -> Iterator[StoreClock]:
-        names = [n for n in dir(Store) if not n.startswith("_") and callable(getattr(Store, n))]
-        for name in names:
-            setattr(self.store, name, self._timed(name, getattr(self.store, name)))
-        try:
-            yield self
-        finally:
-            for name in names:
-                delattr(self.store, name)
-
-
-async def astore_seconds(
-    case: Callable[[], Awaitable[Any]], reference: Callable[[], Awaitable[Any]], store: Store, runs: int
-) -> float:
-    """Median seconds the store took inside one guarded run (each after a plain run, as in the pairs)."""
-    samples = []
-    for _ in range(runs):
-        await reference()
-        with StoreClock(store).installed() as clock:
-            await case()
-        samples.append(clock.seconds)
-    return statistics.median(samples)
-
-
-def store_seconds(case: Callable[[], Any], reference: Callable[[], Any], store: Store, runs: int) -> float:
-    """:func:`astore_seconds` for a synchronous run."""
-    samples = []
-    for _ in range(runs):
-        reference()
-        with StoreClock(store).installed() as clock:
-            case()
-        samples.append(clock.seconds)
-    return statistics.median(samples)
 
 
 # --- the run ----------------------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import wraps
 from typing import Any
 
 PG_ENV = ("LOOPGUARD_BENCH_POSTGRES_URL", "LOOPGUARD_TEST_POSTGRES_URL")
@@ -103,6 +104,113 @@ def run_paired_async(
     case: Callable[[], Awaitable[Any]], reference: Callable[[], Awaitable[Any]], pairs: int, *, warmup: int = 2
 ) -> Ratio:
     return asyncio.run(apaired(case, reference, pairs, warmup=warmup))
+
+
+# --- the store's time inside a run ----------------------------------------------------------------------------------
+
+
+class StoreClock:
+    """While :meth:`installed`, every call of the store's public methods is timed (the outermost call only, so a
+    method calling another is counted once): ``seconds`` in all, ``calls`` and ``by_method`` (seconds) by method."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.seconds = 0.0
+        self.calls: dict[str, int] = {}
+        self.by_method: dict[str, float] = {}
+        self._depth = 0
+
+    def _timed(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(method)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    took = time.perf_counter() - start
+                    self.seconds += took
+                    self.calls[name] = self.calls.get(name, 0) + 1
+                    self.by_method[name] = self.by_method.get(name, 0.0) + took
+
+        return timed
+
+    @contextmanager
+    def installed(self) -> Iterator[StoreClock]:
+        from agents_loopguard import Store
+
+        names = [n for n in dir(Store) if not n.startswith("_") and callable(getattr(Store, n))]
+        for name in names:
+            setattr(self.store, name, self._timed(name, getattr(self.store, name)))
+        try:
+            yield self
+        finally:
+            for name in names:
+                delattr(self.store, name)
+
+
+@dataclass(frozen=True)
+class Inside:
+    """The store's time inside one guarded run (medians over a few runs): in all, and by method with its calls."""
+
+    seconds: float
+    by_method: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """method -> (median seconds per run, calls per run)."""
+
+    def top(self, n: int = 3) -> str:
+        """The methods that took most, as ``name calls x us``."""
+        ranked = sorted(self.by_method.items(), key=lambda item: -item[1][0])[:n]
+        return ", ".join(f"{name} {n} x {seconds / max(n, 1) * 1e6:.0f} us" for name, (seconds, n) in ranked)
+
+
+def _inside(clocks: Sequence[StoreClock]) -> Inside:
+    names = {name for clock in clocks for name in clock.by_method}
+    by_method = {
+        name: (
+            statistics.median(clock.by_method.get(name, 0.0) for clock in clocks),
+            int(statistics.median(clock.calls.get(name, 0) for clock in clocks)),
+        )
+        for name in names
+    }
+    return Inside(statistics.median(clock.seconds for clock in clocks), by_method)
+
+
+def measure_inside(case: Callable[[], Any], reference: Callable[[], Any], store: Any, runs: int) -> Inside:
+    """The store's time inside a guarded run ``case`` (each after a ``reference`` run, as in the pairs)."""
+    clocks = []
+    for _ in range(runs):
+        reference()
+        with StoreClock(store).installed() as clock:
+            case()
+        clocks.append(clock)
+    return _inside(clocks)
+
+
+async def ameasure_inside(
+    case: Callable[[], Awaitable[Any]], reference: Callable[[], Awaitable[Any]], store: Any, runs: int
+) -> Inside:
+    """:func:`measure_inside` for coroutine functions."""
+    clocks = []
+    for _ in range(runs):
+        await reference()
+        with StoreClock(store).installed() as clock:
+            await case()
+        clocks.append(clock)
+    return _inside(clocks)
+
+
+async def astore_seconds(
+    case: Callable[[], Awaitable[Any]], reference: Callable[[], Awaitable[Any]], store: Any, runs: int
+) -> float:
+    """Median seconds the store took inside one guarded run (each after a plain run, as in the pairs)."""
+    return (await ameasure_inside(case, reference, store, runs)).seconds
+
+
+def store_seconds(case: Callable[[], Any], reference: Callable[[], Any], store: Any, runs: int) -> float:
+    """:func:`astore_seconds` for a synchronous run."""
+    return measure_inside(case, reference, store, runs).seconds
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -5,12 +5,13 @@ Run::
     LOOPGUARD_TEST_POSTGRES_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test \\
         .venv/bin/python benchmarks/report.py [--quick] [--print]
 
-It runs, in one process tree: ``bench_sdk.py`` (guarded / plain runs), ``bench_contention.py`` (PostgreSQL workers
-on one task), a count of what one guarded turn sends to each database, the raw floors of those databases, and
-``bench_core.py`` (the engine and canonical JSON); then replaces the text between the two ``report.py`` markers of
-docs/performance.md with the tables, the machine they ran on and a goals table (met / missed, and the measured floor
-that stops a missed goal). ``--print`` prints the section instead of writing it. Without a PostgreSQL URL the
-PostgreSQL rows are left out.
+It runs, in one process tree: ``bench_sdk.py`` (guarded / plain runs), ``bench_langchain.py`` and
+``bench_adk.py`` (the LangChain middleware and the Google ADK plugin, guarded / plain, and LangChain's own limits),
+``bench_contention.py`` (PostgreSQL workers on one task), a count of what one guarded turn sends to each database,
+the raw floors of those databases, and ``bench_core.py`` (the engine and canonical JSON); then replaces the text
+between the two ``report.py`` markers of docs/performance.md with the tables, the machine they ran on and a goals
+table (met / missed, and the measured floor that stops a missed goal). ``--print`` prints the section instead of
+writing it. Without a PostgreSQL URL the PostgreSQL rows are left out.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import bench_adk  # noqa: E402
 import bench_contention  # noqa: E402
+import bench_langchain  # noqa: E402
 import bench_sdk  # noqa: E402
 from bench_store import pg_floor, sqlite_floor  # noqa: E402
-from paired import machine, pg_schema, table  # noqa: E402
+from paired import Inside, machine, pg_schema, table  # noqa: E402
 
 from agents_loopguard import Budget, Guard  # noqa: E402
 from agents_loopguard.engine.calls import Ticket  # noqa: E402
@@ -154,6 +157,29 @@ def sdk_goal_rows(
     return rows
 
 
+Frameworks = dict[str, tuple[list[Any], dict[str, Inside]]]
+"""``langchain`` / ``adk`` -> (their benchmark's figures, the store's time inside a guarded run by store)."""
+
+
+def framework_section(frameworks: Frameworks) -> list[str]:
+    """The LangChain and Google ADK tables (``bench_langchain.py``, ``bench_adk.py``)."""
+    out = ["### LangChain and Google ADK: guarded / plain", ""]
+    out.append(
+        "`bench_langchain.py`: a `create_agent` agent with the in-process `ScriptedChatModel` making K = 10 verified "
+        "tool calls, one per model turn, then answering: `plain`, with LangChain's own `ModelCallLimitMiddleware` + "
+        "`ToolCallLimitMiddleware` (`limits`), with a `pass-through` middleware that has the guard's four hooks and "
+        "state and does nothing (what LangChain itself costs for a middleware of that shape), and with "
+        "`LoopGuardMiddleware` (`guarded`). `bench_adk.py`: an `LlmAgent` with the in-process `ScriptedLlm`, the same "
+        "K = 10 calls: a plain `Runner.run_async`, with a pass-through plugin with the guard's callbacks, and "
+        "`run_guarded` (the `LoopGuardPlugin`). SQLite is the default `synchronous=WRITES`. `store ms inside`: the "
+        "store's methods timed inside a guarded run (a few runs after the pairs). No HTTP in either: the cheapest "
+        "models there are, so these ratios are the worst case a real model's latency dilutes."
+    )
+    out += ["", bench_langchain.render(*frameworks["langchain"]), ""]
+    out += ["", bench_adk.render(*frameworks["adk"]), ""]
+    return out
+
+
 def render(
     facts: dict[str, str],
     figures: list[bench_sdk.Figure],
@@ -162,6 +188,7 @@ def render(
     floors: dict[str, float],
     contention: list[list[Any]] | None,
     core: str,
+    frameworks: Frameworks,
 ) -> str:
     out = [BEGIN, "", "## The latest run (generated)", ""]
     out.append(
@@ -182,6 +209,7 @@ def render(
         "and the outcome included), divided by K. The heap is frozen (`gc.freeze()`) after the warm-up."
     )
     out += ["", bench_sdk.render(figures, inside), ""]
+    out += framework_section(frameworks)
     out += ["### What one guarded turn sends", ""]
     out.append(
         "A turn as the adapters make it: reserve the model turn, trace the model's answer, reserve the tool call, "
@@ -212,6 +240,8 @@ def render(
     out += ["```", ""]
     out += ["### Goals", ""]
     goals = sdk_goal_rows(figures, inside, costs)
+    goals += bench_langchain.goal_rows(*frameworks["langchain"])
+    goals += bench_adk.goal_rows(*frameworks["adk"])
     for name, c in costs.items():
         if name == "postgresql":
             met = int(c["round trips"]) <= 2
@@ -289,6 +319,8 @@ def main() -> None:
     facts = machine()
     print("bench_sdk ...", file=sys.stderr, flush=True)
     figures, inside = bench_sdk.measure(pairs, max(5, pairs // 2))
+    print("bench_langchain, bench_adk ...", file=sys.stderr, flush=True)
+    frameworks: Frameworks = {"langchain": bench_langchain.measure(pairs), "adk": bench_adk.measure(pairs)}
     workdir = Path(tempfile.mkdtemp(prefix="lg-report-"))
     costs: dict[str, dict[str, Any]] = {"sqlite": turn_cost(f"sqlite:///{workdir / 'cost.db'}")}
     floors = {
@@ -311,7 +343,7 @@ def main() -> None:
         capture_output=True,
         text=True,
     ).stdout
-    section = render(facts, figures, inside, costs, floors, contention, core)
+    section = render(facts, figures, inside, costs, floors, contention, core, frameworks)
     if args.print:
         print(section)
     else:

@@ -119,13 +119,14 @@ only a limit ends it."""
 
 def test_adk_alone_max_llm_calls_restarts_after_a_confirmation_resume(tmp_path: Path) -> None:
     """The baseline, ADK without the plugin (issue 19's measurement): ``max_llm_calls`` is counted per invocation
-    in memory, and answering the confirmation starts a new invocation from zero. The first process uses its 2
-    calls before the confirmation; the process that answers it runs the refund and gets 2 fresh calls, refused only
-    at its third: the model was asked 4 times under ``max_llm_calls=2``."""
+    in memory, and answering the confirmation starts a new invocation from zero. The first invocation uses its 2
+    calls before the confirmation; the one that answers it runs the refund and gets 2 fresh calls, refused only at
+    its third: the model was asked 4 times under ``max_llm_calls=2``. (In one process: ADK loses the count without
+    a process boundary; the plugin's test below crosses one.)"""
     cfg = {"script": "busy", "guarded": False, "max_llm_calls": LIMIT}
-    paused = worker(tmp_path, "unused://", "pause", **cfg)
+    paused = in_process(tmp_path, "unused://", "pause", **cfg)
     assert (paused["requests"], paused["error"]) == (LIMIT, None)
-    resumed = worker(tmp_path, "unused://", "answer", confirmed=True, **cfg)
+    resumed = in_process(tmp_path, "unused://", "answer", confirmed=True, **cfg)
     assert resumed["requests"] == LIMIT  # fresh: 2 more calls after the 2 before the pause
     assert resumed["error"] == f"LlmCallsLimitExceededError: Max number of llm calls limit of `{LIMIT}` exceeded"
     assert refunds(tmp_path) == ["refund-42"]

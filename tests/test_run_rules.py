@@ -257,12 +257,19 @@ def test_after_validated_done_a_further_proposal_leaves_the_task_completed(
         Reason.VALIDATED_DONE,
         "final: s",
     )
-    if same_turn and adapter.startswith(("sdk", "langchain-async")) and isinstance(arguments, dict):
-        # By design the Agents SDK, and LangGraph's tool node on an event loop, run the calls of one response
-        # concurrently: the valid sibling was authorized before the done call settled, so it ran (and counted).
-        # The raw loop runs them in order and skips it, and so does the LangChain middleware in a sync run (the
-        # tool node's threads take the run one call at a time).
+    if same_turn and adapter.startswith("sdk") and isinstance(arguments, dict):
+        # By design the Agents SDK runs the calls of one response concurrently: the valid sibling was authorized
+        # before the done call settled, so it ran (and counted). The raw loop runs them in order and skips it, and so
+        # does the LangChain middleware in a sync run (the tool node's threads take the run one call at a time).
         assert sorted(ran) == ["check-4", "finish"] and got.outcome.used.tools == 2
+    elif same_turn and adapter == "langchain-async" and isinstance(arguments, dict):
+        # LangGraph's tool node on an event loop runs them concurrently too, but which of the two reaches the guard
+        # first is the event loop's scheduling (a sync tool body runs on an executor thread): mostly the sibling is
+        # authorized before the done call settles and runs; under load (1 run in 40 in memory, 2 in 40 on SQLite
+        # with the cores busy) the done call settles first and the sibling is skipped. Either way it ran at most
+        # once, was counted exactly when it ran, and the task stays validated done.
+        assert ran in (["finish", "check-4"], ["check-4", "finish"], ["finish"])
+        assert got.outcome.used.tools == len(ran)
     else:
         assert ran == ["finish"] and got.outcome.used.tools == 1
 

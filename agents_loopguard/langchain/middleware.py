@@ -144,14 +144,25 @@ _TURN_WAIT = 30.0
 
 
 def _preceding(state: Mapping[str, Any], call_id: str) -> list[str]:
-    """The unanswered calls before ``call_id`` in the response that made it."""
+    """The unanswered calls before ``call_id`` in the response that made it (only the messages after that response
+    can answer them: the history before it is never read, so a call costs the same at any length of history).
+
+    >>> from langchain_core.messages import AIMessage, ToolMessage
+    >>> calls = [{"name": "f", "args": {}, "id": i} for i in ("a", "b", "c")]
+    >>> _preceding({"messages": [AIMessage("", tool_calls=calls), ToolMessage("x", tool_call_id="a")]}, "c")
+    ['b']
+    """
     messages = state.get("messages") or [] if isinstance(state, Mapping) else []
-    answered = {str(m.tool_call_id) for m in messages if isinstance(m, ToolMessage)}
-    for message in reversed(messages):
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
         if isinstance(message, AIMessage):
             ids = [str(c.get("id")) for c in message.tool_calls]
             if call_id in ids:
-                return [i for i in ids[: ids.index(call_id)] if i not in answered]
+                before = ids[: ids.index(call_id)]
+                if not before:
+                    return []
+                answered = {str(m.tool_call_id) for m in messages[index + 1 :] if isinstance(m, ToolMessage)}
+                return [i for i in before if i not in answered]
     return []
 
 

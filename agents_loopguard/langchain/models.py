@@ -20,7 +20,8 @@ __all__ = ["client_retries", "model_name", "output_bound", "single_attempt", "us
 
 _CLIENTS = ("root_client", "root_async_client")
 _quiet: dict[int, tuple[Any, Any]] = {}
-"""id(model) -> (the model, kept so its id stays its own; its single-attempt copy)."""
+"""id(model) -> (the model, kept so its id stays its own; its single-attempt copy, or the model itself when it has
+no openai client)."""
 
 
 def _openai_clients(model: Any) -> bool:
@@ -71,15 +72,16 @@ def _copy(model: Any, **options: Any) -> Any:
 def single_attempt(model: BaseChatModel, timeout: float | None) -> BaseChatModel:
     """``model`` sending one HTTP request per call (its client's retries off), within ``timeout`` seconds when
     given (``min`` with its own). The same model comes back for a model without an openai client."""
-    if not _openai_clients(model):
-        return model
-    if timeout is None:
+    if timeout is None:  # every attempt of a run without a deadline: what was found for this model (once)
         cached = _quiet.get(id(model))
         if cached is None or cached[0] is not model:
             if len(_quiet) > 256:
                 _quiet.clear()
-            cached = _quiet[id(model)] = (model, _copy(model, max_retries=0))
+            quiet = _copy(model, max_retries=0) if _openai_clients(model) else model
+            cached = _quiet[id(model)] = (model, quiet)
         return cached[1]  # type: ignore[no-any-return]
+    if not _openai_clients(model):
+        return model
     own = getattr(model, "request_timeout", None)
     bounded = min(own, timeout) if isinstance(own, (int, float)) else timeout
     return _copy(model, max_retries=0, timeout=max(0.001, bounded))  # type: ignore[no-any-return]
