@@ -20,7 +20,7 @@ from sqlalchemy.engine import Dialect
 from ..base import OperationState
 from .tables import TOKEN_LIMIT_COLUMNS, acts, ops, pauses, reps, seen, steps, tasks, tool_runs, trace, trans
 
-__all__ = ["Compiled", "Statements", "execute", "fetch_all", "fetch_one"]
+__all__ = ["Compiled", "Statements", "execute", "fetch_all", "fetch_one", "statements_for"]
 
 
 def bind(name: str, **kwargs: Any) -> sa.BindParameter[Any]:
@@ -479,3 +479,16 @@ class Statements:
                 updated_at=p("now"),
             )
         )
+
+
+_COMPILED: dict[tuple[str, str, str], Statements] = {}
+
+
+def statements_for(dialect: Dialect, insert: Callable[[Table], Any]) -> Statements:
+    """The store's statements for ``dialect``, compiled once per process and dialect (about 14 ms: every store
+    opened after the first shares them; a :class:`Statements` is never changed after it is built)."""
+    key = (dialect.name, str(dialect.driver), str(dialect.paramstyle))
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _COMPILED[key] = Statements(dialect, insert)
+    return compiled

@@ -38,7 +38,7 @@ from ..rules import check_tokens, progressed, unknown_step
 from .connection import Database
 from .postgres import PostgresSteps
 from .sqlite import SQLiteSteps
-from .statements import Statements, fetch_all, fetch_one
+from .statements import fetch_all, fetch_one, statements_for
 from .tables import (
     activation,
     budget_params,
@@ -117,7 +117,7 @@ class SQLStore(Store):
     ) -> None:
         self._db = Database(url, echo=echo, create=create, readonly=readonly)
         postgres = self._db.postgres
-        self._st = Statements(self._db.engine.dialect, pg.insert if postgres else lite.insert)
+        self._st = statements_for(self._db.engine.dialect, pg.insert if postgres else lite.insert)
         self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
         weakref.finalize(self, _flush_quietly, self._db)  # deferred trace rows are written at exit or collection
         self._known: set[str] = set()
