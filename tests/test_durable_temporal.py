@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import uuid
 from collections import Counter
@@ -50,6 +52,7 @@ from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dyna
 
 pytestmark = pytest.mark.timeout(300)
 set_tracing_disabled(True)
+FAILED_ONCE: set[int] = set()
 LOST_AFTER_ANSWER: set[str] = set()
 """Workflows whose first model activity attempt fails after the model answered (Temporal retries the activity)."""
 
@@ -106,11 +109,18 @@ def _dev_server() -> str:
     return found
 
 
+def _fail_once(order: int) -> None:
+    """The refund attempt fails right after its write, once per order (Temporal retries the activity)."""
+    if order not in FAILED_ONCE:
+        FAILED_ONCE.add(order)
+        raise RuntimeError("the worker was lost after the refund was sent")
+
+
 async def _run(tmp_path: Path, budget: Budget, flows_to_run: list[tuple[str, str, int]]) -> dict[str, Any]:
     """Start the dev server and a worker, run the workflows (id, work, order) one after another: their results."""
     store = SQLStore(f"sqlite:///{tmp_path / 'loopguard.sqlite'}")
     options = RunOptions(budget=budget, store=store)
-    flows.WRITES[:], flows.OPTIONS[:] = [tmp_path / "writes.log"], [options]
+    flows.WRITES[:], flows.OPTIONS[:], flows.AFTER_WRITE[:] = [tmp_path / "writes.log"], [options], [_fail_once]
     (tmp_path / "writes.log").touch()
     with ScriptedOpenAIServer([dynamic(_answer) for _ in range(100)]) as model:
         models = GuardedActivityModels(Provider(model.base_url), options=options)
@@ -175,3 +185,100 @@ def test_r17_a_refusal_inside_the_model_activity_is_not_retried_by_temporal(tmp_
     task = seen["tasks"][workflow_id]
     assert seen["results"][workflow_id]["refused"] == "model_budget", seen
     assert task is not None and task.used.models == seen["requests"][77] == 2, (task, seen["trace"])
+
+
+KILL_POINTS = {  # kill point -> what the workflow reads once Temporal retried the dead worker's activity
+    "in-model-step": {"output": "refunded"},
+    "in-tool": {"refused": "unknown_commit", "error": "AgentsWorkflowError"},
+    "in-verify": {"refused": "unknown_commit", "error": "AgentsWorkflowError"},
+}
+WORKER = Path(__file__).parent / "workers" / "temporal_worker.py"
+
+
+def _worker(config: dict[str, Any]) -> subprocess.Popen[bytes]:
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    with open(Path(config["folder"]) / "workers.err", "a") as err:
+        return subprocess.Popen([sys.executable, str(WORKER), json.dumps(config)], cwd=root, env=env, stderr=err)
+
+
+async def _listening(process: subprocess.Popen[bytes], folder: Path) -> None:
+    for _ in range(3000):
+        if (folder / f"ready-{process.pid}").exists():
+            return
+        assert process.poll() is None, (folder / "workers.err").read_text()[-3000:]
+        await asyncio.sleep(0.02)
+    raise AssertionError("the activity worker did not start in 60 s")
+
+
+async def _killed_workers(tmp_path: Path, rounds: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """Each round's workflow runs its activities in a worker process that SIGKILLs itself at the round's point; the
+    next process (started meanwhile, serving the next round) gets the timed-out activity's retry."""
+    store_url = f"sqlite:///{tmp_path / 'loopguard.sqlite'}"
+    SQLStore(store_url).close()  # the store's tables, made before the workers open it
+    (tmp_path / "writes.log").touch()
+    results: dict[str, Any] = {}
+    with ScriptedOpenAIServer([dynamic(_answer) for _ in range(100)]) as model:
+        retry = RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=5)
+        params = ModelActivityParameters(
+            task_queue="loopguard-activities", start_to_close_timeout=timedelta(seconds=3), retry_policy=retry
+        )
+        plugin = OpenAIAgentsPlugin(model_params=params, register_activities=False)
+        env = await WorkflowEnvironment.start_local(dev_server_existing_path=_dev_server(), plugins=[plugin])
+        config = {
+            "folder": str(tmp_path),
+            "store_url": store_url,
+            "writes": str(tmp_path / "writes.log"),
+            "base_url": model.base_url,
+            "target": env.client.service_client.config.target_host,
+            "namespace": env.client.namespace,
+            "queue": "loopguard-activities",
+        }
+        current = _worker({**config, "workflow": rounds[0][0], "kill": rounds[0][1]})
+        try:
+            worker = Worker(env.client, task_queue="loopguard", workflows=[flows.AgentFlow], max_cached_workflows=0)
+            async with worker:
+                for n, (workflow_id, _, order) in enumerate(rounds):
+                    await _listening(current, tmp_path)
+                    handle = await env.client.start_workflow(
+                        flows.AgentFlow.run,
+                        args=["refund", order, "loopguard-activities"],
+                        id=workflow_id,
+                        task_queue="loopguard",
+                    )
+                    for _ in range(3000):  # the worker kills itself at the round's point
+                        if current.poll() is not None:
+                            break
+                        await asyncio.sleep(0.02)
+                    assert current.returncode == -9, f"the worker was to be killed, it exited {current.returncode}"
+                    upcoming = rounds[n + 1] if n + 1 < len(rounds) else ("", "", 0)
+                    current = _worker({**config, "workflow": upcoming[0], "kill": upcoming[1]})
+                    results[workflow_id] = await handle.result()
+        finally:
+            current.kill()
+            current.wait(10)
+            await env.shutdown()
+        requests = Counter(_order_of(r.body) for r in model.requests if isinstance(r.body, dict))
+    store = SQLStore(store_url)
+    tasks = {workflow_id: store.task(workflow_id) for workflow_id, _, _ in rounds}
+    store.close()
+    return {"results": results, "requests": requests, "tasks": tasks}
+
+
+def test_r17_temporal_activity_workers_killed_run_every_write_once_with_exact_counters(tmp_path: Path) -> None:
+    """Rules: R17, R6, R1.
+
+    The model and tool activities run in worker processes; each round's worker is SIGKILLed at its point (inside
+    the model activity after the model answered, inside the refund body after its write, between the write and its
+    verify). Temporal retries the dead worker's activity once its start-to-close timeout (3 s) passes, on the next
+    worker: a retried model activity is the request's attempt again (counted, sent again), a retried refund is
+    refused ``unknown_commit``. The refund ran once; each task's model turns equal the requests its order got."""
+    rounds = [(f"wf-kill-{uuid.uuid4().hex[:8]}", point, 5000 + n) for n, point in enumerate(KILL_POINTS)]
+    seen = asyncio.run(_killed_workers(tmp_path, rounds))
+    writes = Counter((tmp_path / "writes.log").read_text().split())
+    for workflow_id, point, order in rounds:
+        task, requests = seen["tasks"][workflow_id], seen["requests"][order]
+        assert writes[f"refund-{order}"] == 1, (point, writes)
+        assert seen["results"][workflow_id] == KILL_POINTS[point], (point, seen["results"][workflow_id])
+        assert task is not None and task.used.models == requests, (point, task, requests)
+        assert requests == (3 if point == "in-model-step" else 1), (point, requests)

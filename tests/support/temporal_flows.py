@@ -3,6 +3,7 @@ imports; everything it needs from outside is passed through)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,17 @@ with workflow.unsafe.imports_passed_through():
 
 WRITES: list[Path] = []
 """The file each refund body appends a line to (set by the test before the worker starts)."""
-FAILED: set[int] = set()
-"""Orders whose refund attempt already failed once after its write."""
+AFTER_WRITE: list[Callable[[int], None]] = [lambda order: None]
+"""What happens right after a refund's write (the in-process test fails the attempt once; a worker process may
+SIGKILL itself there)."""
+BEFORE_VERIFY: list[Callable[[int], None]] = [lambda order: None]
+"""What happens between a refund's write and its verify."""
 OPTIONS: list[RunOptions] = []
 """The guard's options for the tool activities (set by the test: the store and the budget)."""
 
 
 def refunded(args: dict[str, Any], output: Any) -> dict[str, Any]:
+    BEFORE_VERIFY[0](args["order"])
     done = f"refund-{args['order']}" in WRITES[0].read_text().split()
     return {"revision": 1 if done else 0, "done": done, "effect": "committed" if done else "not_committed"}
 
@@ -35,13 +40,10 @@ def refunded(args: dict[str, Any], output: Any) -> dict[str, Any]:
     kind="write", operation_id=lambda args: f"refund-{args['order']}", verify=refunded, options=lambda: OPTIONS[0]
 )
 async def refund(order: int) -> str:
-    """Refund an order (the write: a line in the log); its first attempt fails after the write, as a worker dying
-    right after its side effect would."""
+    """Refund an order (the write: a line in the log)."""
     with WRITES[0].open("a") as log:
         log.write(f"refund-{order}\n")
-    if order not in FAILED:
-        FAILED.add(order)
-        raise RuntimeError("the worker was lost after the refund was sent")
+    AFTER_WRITE[0](order)
     return f"refunded order {order}"
 
 
@@ -57,10 +59,13 @@ class AgentFlow:
     """One agent run: ``work`` ``refund`` (the refund tool activity) or ``lookup`` (a model that never stops)."""
 
     @workflow.run
-    async def run(self, work: str, order: int) -> dict[str, Any]:
+    async def run(self, work: str, order: int, queue: str | None = None) -> dict[str, Any]:
         once = RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=5)
         tool = activity_as_tool(
-            refund if work == "refund" else lookup, start_to_close_timeout=timedelta(seconds=20), retry_policy=once
+            refund if work == "refund" else lookup,
+            task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=3 if queue else 20),  # a dead worker's attempt times out
+            retry_policy=once,
         )
         agent = Agent(name="refunds", model="gpt-4.1-mini", tools=[tool], model_settings=ModelSettings(max_tokens=64))
         try:
