@@ -257,7 +257,17 @@ async def run_guarded_restate(
         kwargs["max_turns"] = max_turns
     copy = wrap_agent_tools(guard.compose(journal.agent(agent)), state)
     try:
-        result: Any = await Runner.run(copy, guard.input, **kwargs)
+        return await _run(guard, copy, kwargs)
+    finally:
+        if config is None:  # the provider made for the run (the SDK's default): closed with it, as the SDK does
+            with contextlib.suppress(Exception):
+                await kwargs["run_config"].model_provider.aclose()
+
+
+async def _run(guard: LoopGuard, agent: Agent[Any], kwargs: dict[str, Any]) -> Outcome:
+    """``Runner.run`` under the guard, and the one outcome of how it ended (Restate's own control flow re-raised)."""
+    try:
+        result: Any = await Runner.run(agent, guard.input, **kwargs)
     except (asyncio.CancelledError, DisconnectedException):
         raise  # this attempt is over, not the invocation: Restate retries it and the task continues
     except TerminalError as exc:
