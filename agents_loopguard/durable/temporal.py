@@ -42,10 +42,20 @@ from temporalio.exceptions import ApplicationError
 from typing_extensions import Unpack
 
 from ..engine.calls import Verdict
-from ..run import Executed, GuardedRun, RunFields, RunOptions, declare_tool
+from ..run import (
+    Execute,
+    Executed,
+    GuardedRun,
+    RunFields,
+    RunOptions,
+    ToolSpec,
+    adrive,
+    declare_tool,
+    perform_check_async,
+    within_deadline,
+)
 from ..run.durable import recorded, replayed
 from ..sdk import GuardedModel
-from ..sdk._internal import execute, maybe_await, trace_decision
 
 __all__ = ["REFUSAL_TYPE", "GuardedActivityModels", "TemporalSteps", "guarded_activity", "refusal_of"]
 
@@ -111,7 +121,7 @@ def _activity_run(options: RunOptions) -> GuardedRun:
     opts = options
     if opts.guard is None and opts.task_id is None:
         opts = dataclasses.replace(opts, task_id=info.workflow_id)
-    return GuardedRun.start(dataclasses.replace(opts, durable=TemporalSteps()), observer=trace_decision)
+    return GuardedRun.start(dataclasses.replace(opts, durable=TemporalSteps()))
 
 
 class GuardedActivityModels(ModelProvider):
@@ -163,11 +173,28 @@ def guarded_activity(
             call = run.propose(spec, name, arguments)
             if isinstance(call, Executed):
                 return _answer(run, call)
-            return _answer(run, await execute(run, spec, call, lambda: maybe_await(fn(*args, **kwargs))))
+            return _answer(run, await _execute(run, spec, call, lambda: fn(*args, **kwargs)))
 
         return body  # type: ignore[return-value]
 
     return wrap
+
+
+async def _execute(run: GuardedRun, spec: ToolSpec, call: Any, body: Callable[[], Any]) -> Executed:
+    """The guarded run's execution of ``call`` inside the activity (the body awaited within the deadline)."""
+
+    async def perform(effect: Any) -> Any:
+        if isinstance(effect, Execute):
+            value = body()
+            return await within_deadline(value if inspect.isawaitable(value) else _ready(value), effect.timeout)
+        return await perform_check_async(effect)
+
+    executed: Executed = await adrive(run.execute(spec, call), perform)
+    return executed
+
+
+async def _ready(value: Any) -> Any:
+    return value
 
 
 def _answer(run: GuardedRun, executed: Executed) -> Any:
