@@ -43,6 +43,7 @@ from ..sdk import LoopGuard, register_step_model
 from ..sdk.claims import ClaimedState
 from ..sdk.private import tool_decisions
 from ..sdk.resume import claim_pause, decided_state
+from ..sdk.run import runner_kwargs
 from ..store.defaults import default_store
 
 __all__ = ["DBOSSteps", "resume_guarded_dbos", "run_guarded_dbos"]
@@ -101,14 +102,8 @@ async def run_guarded_dbos(
     guard = LoopGuard(input, dataclasses.replace(opts, durable=DBOSSteps()))
     if guard.finished is not None:
         return guard.finished
-    kwargs: dict[str, Any] = {
-        "hooks": guard.hooks(hooks),
-        "run_config": guard.run_config(config),
-        "error_handlers": guard.error_handlers(error_handlers),
-        "context": context,
-    }
-    if max_turns is not None:
-        kwargs["max_turns"] = max_turns
+    sdk = {"context": context, "max_turns": max_turns}
+    kwargs = runner_kwargs(guard, hooks=hooks, run_config=config, error_handlers=error_handlers, sdk=sdk)
     try:
         result: Any = await DBOSRunner.run(guard.compose(agent, entering=_prime_turnstile), guard.input, **kwargs)
     except asyncio.CancelledError:

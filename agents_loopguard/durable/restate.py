@@ -55,6 +55,7 @@ from ..engine.outcome import Outcome
 from ..run import RunFields, RunOptions
 from ..run.durable import recorded, replayed
 from ..sdk import LoopGuard, register_step_model
+from ..sdk.run import runner_kwargs
 
 __all__ = ["JournaledModel", "RestateSteps", "run_guarded_restate"]
 
@@ -247,14 +248,10 @@ async def run_guarded_restate(
     state = State()
     journal = _Journal(state, model_retries or RestateRunOptions(), steps)
     config = RunConfig(**run_config) if isinstance(run_config, Mapping) else run_config
-    kwargs: dict[str, Any] = {
-        "hooks": guard.hooks(hooks),
-        "run_config": guard.run_config(journal.config(config)),
-        "error_handlers": guard.error_handlers(error_handlers),
-        "context": context,
-    }
-    if max_turns is not None:
-        kwargs["max_turns"] = max_turns
+    sdk = {"context": context, "max_turns": max_turns}
+    kwargs = runner_kwargs(
+        guard, hooks=hooks, run_config=journal.config(config), error_handlers=error_handlers, sdk=sdk
+    )
     copy = wrap_agent_tools(guard.compose(journal.agent(agent)), state)
     try:
         return await _run(guard, copy, kwargs)

@@ -91,9 +91,18 @@ class SdkRunFields(RunFields, total=False):
     session: Session | None
 
 
-def _runner_kwargs(
-    guard: LoopGuard, *, hooks: Any, run_config: Any, error_handlers: Any, max_turns: Any, sdk: dict[str, Any]
+def runner_kwargs(
+    guard: LoopGuard,
+    *,
+    hooks: Any,
+    run_config: Any,
+    error_handlers: Any,
+    max_turns: Any = _MISSING,
+    sdk: dict[str, Any],
 ) -> dict[str, Any]:
+    """The keywords of the ``Runner.run`` a loop guard attaches to: the application's hooks, run config and error
+    handlers composed with the guard's, the other ``sdk`` keywords that are not ``None``, and ``max_turns`` when
+    given (here, ``None`` is a value)."""
     kwargs: dict[str, Any] = {
         "hooks": guard.hooks(hooks),
         "run_config": guard.run_config(run_config),
@@ -157,7 +166,7 @@ async def run_guarded(
         "conversation_id": conversation_id,
         "session": session,
     }
-    kwargs = _runner_kwargs(
+    kwargs = runner_kwargs(
         guard, hooks=hooks, run_config=run_config, error_handlers=error_handlers, max_turns=max_turns, sdk=sdk
     )
     try:
@@ -329,7 +338,7 @@ def run_guarded_streamed(
         "conversation_id": conversation_id,
         "session": session,
     }
-    kwargs = _runner_kwargs(
+    kwargs = runner_kwargs(
         guard, hooks=hooks, run_config=run_config, error_handlers=error_handlers, max_turns=max_turns, sdk=sdk
     )
 
