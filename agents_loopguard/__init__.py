@@ -8,18 +8,18 @@ do), the adapters :mod:`agents_loopguard.sdk` and :mod:`agents_loopguard.functio
 
 import logging as _logging
 
-from .engine.budget import Budget, Policy
-from .engine.calls import Verdict
-from .engine.canonical import canonical_json
 from .engine.core import Guard
-from .engine.errors import InputError, LoopguardError, NotFoundError, StateError
-from .engine.evidence import Effect, Evidence
-from .engine.outcome import Outcome, Reason, RecoveryRecord, Status, Usage
 from .engine.runner import create_runner
 from .ops.recovery import reconcile, recover
 from .run.guarded import GuardStopped
 from .run.options import RunOptions
 from .store import MemoryStore, OperationState, Store, StoreError
+from .values.budget import Budget, Policy
+from .values.calls import Verdict
+from .values.canonical import canonical_json
+from .values.errors import InputError, LoopguardError, NotFoundError, StateError
+from .values.evidence import Effect, Evidence
+from .values.outcome import Outcome, Reason, RecoveryRecord, Status, Usage
 
 __all__ = [
     "Budget",

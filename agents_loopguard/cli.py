@@ -4,7 +4,7 @@ Every command reads the store named by ``--db`` (or ``LOOPGUARD_DATABASE_URL``, 
 prints tables for people (colour only on a terminal) or, with ``--json`` before or after the command, JSON for
 scripts: the data of :mod:`agents_loopguard.ops.operator`, and an error as ``{"error": ..., "kind": ...}`` on stdout.
 Without ``--json`` an error is one line on stderr. Exit codes come from the error's family
-(:func:`agents_loopguard.engine.errors.exit_code`): 0 done, 1 refused by the state of a task, pause or operation, 2 bad
+(:func:`agents_loopguard.values.errors.exit_code`): 0 done, 1 refused by the state of a task, pause or operation, 2 bad
 input (an unknown id, a wrong URL) or a store that cannot be used.
 """
 
@@ -23,9 +23,9 @@ from typing import Annotated, Any
 import typer
 
 from . import views
-from .engine.errors import InputError, LoopguardError, NotFoundError, StoreError, error_kind, exit_code
 from .ops import operator
 from .store.base import OperationState, Store
+from .values.errors import InputError, LoopguardError, NotFoundError, StoreError, error_kind, exit_code
 
 __all__ = ["app", "main"]
 

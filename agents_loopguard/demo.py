@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .engine.budget import Budget
-from .engine.outcome import Outcome
+from .values.budget import Budget
+from .values.outcome import Outcome
 
 __all__ = ["main", "run_demo"]
 

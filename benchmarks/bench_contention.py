@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import freeze_heap, pg_schema, table
 
 from agents_loopguard import Budget, Guard, Policy
-from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.values.calls import Ticket
 
 BUDGET = Budget(model_turns=10**9, tool_executions=10**9)
 POLICY = Policy(max_stalled=10**6, max_unverified=10**6)

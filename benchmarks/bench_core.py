@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired import freeze_heap
 
 from agents_loopguard import Budget, Guard, MemoryStore, Policy, Verdict
-from agents_loopguard.engine import canonical
-from agents_loopguard.engine.canonical import canonical_json
+from agents_loopguard.values import canonical
+from agents_loopguard.values.canonical import canonical_json
 
 try:
     import orjson

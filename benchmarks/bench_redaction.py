@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agents_loopguard.engine.canonical import REDACTED, redact  # noqa: E402
+from agents_loopguard.values.canonical import REDACTED, redact  # noqa: E402
 from tests.support.secrets_corpus import NEGATIVES, POSITIVES  # noqa: E402
 
 Detector = Callable[[str], str]

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paired import freeze_heap, pg_schema
 
 from agents_loopguard import Budget, Guard
-from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.values.calls import Ticket
 from tests.support.store_trace import sent
 
 BUDGET = Budget(model_turns=10**9, tool_executions=10**9)

@@ -40,8 +40,8 @@ from bench_store import pg_floor, sqlite_floor  # noqa: E402
 from paired import Inside, machine, pg_schema, table  # noqa: E402
 
 from agents_loopguard import Budget, Guard  # noqa: E402
-from agents_loopguard.engine.calls import Ticket  # noqa: E402
 from agents_loopguard.store.sql import SQLStore  # noqa: E402
+from agents_loopguard.values.calls import Ticket  # noqa: E402
 
 BEGIN = "<!-- benchmarks/report.py: generated section, begin -->"
 END = "<!-- benchmarks/report.py: generated section, end -->"

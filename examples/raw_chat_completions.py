@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))  # the scripted server lives in tests/support; the
 import openai  # noqa: E402
 
 from agents_loopguard import Budget, MemoryStore  # noqa: E402
-from agents_loopguard.engine.pricing import Price  # noqa: E402
 from agents_loopguard.function_calling import GuardedTool, run_chat_completions  # noqa: E402
+from agents_loopguard.values.pricing import Price  # noqa: E402
 
 PRICES = {"gpt-4o-mini": Price(input_per_million=0.15, output_per_million=0.60)}
 """Illustrative, in US dollars: check the current price list before you rely on a cost budget."""

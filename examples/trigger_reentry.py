@@ -31,8 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from agents_loopguard import Budget, MemoryStore, Outcome, Reason, Status, Store, Verdict
-from agents_loopguard.engine.calls import Call
 from agents_loopguard.ops.triggers import TriggerGuard
+from agents_loopguard.values.calls import Call
 
 FLOW = "orders-sync"
 

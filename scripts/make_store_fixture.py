@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from agents_loopguard import Budget, Guard, Reason, Status, create_runner  # noqa: E402
-from agents_loopguard.engine.calls import Ticket  # noqa: E402
 from agents_loopguard.ops.approvals import decide, pause_digest  # noqa: E402
 from agents_loopguard.ops.recovery import reconcile, recover  # noqa: E402
 from agents_loopguard.store import SQLStore, Store, TraceEntry  # noqa: E402
 from agents_loopguard.store.sql import SCHEMA_VERSION  # noqa: E402
+from agents_loopguard.values.calls import Ticket  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 PG_SCHEMA = "loopguard_fixture"

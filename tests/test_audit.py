@@ -14,12 +14,12 @@ from agents import Agent
 from agents.testing import ScriptedModel
 
 from agents_loopguard import Budget, Guard, Status, create_runner
-from agents_loopguard.engine.errors import StateError
 from agents_loopguard.ops.approvals import decide, pause_digest
 from agents_loopguard.sdk import resume_guarded_sync
 from agents_loopguard.server import create_app
 from agents_loopguard.store.base import Store
 from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.values.errors import StateError
 from tests.support.live_server import LiveServer
 from tests.support.server_env import CONFIG, PLANTED, SECRETS, bearer, paused_task, refund
 from tests.test_cli import loopguard

@@ -18,8 +18,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents_loopguard.engine import canonical
-from agents_loopguard.engine.canonical import REDACTED, CanonicalError, canonical_json, fingerprint, redact
+from agents_loopguard.values import canonical
+from agents_loopguard.values.canonical import REDACTED, CanonicalError, canonical_json, fingerprint, redact
 
 ENCODERS = ["json", "orjson"]
 """Every test that takes ``encoder`` runs once with the standard library's encoder and once with orjson."""

@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from agents_loopguard import Budget, Guard, MemoryStore, Reason, Status
-from agents_loopguard.engine.pricing import Price, estimate_input_tokens, price_for
 from agents_loopguard.function_calling import RetryPolicy, run_chat_completions
+from agents_loopguard.values.pricing import Price, estimate_input_tokens, price_for
 from tests.support.scripted_openai import ScriptedOpenAIServer, Usage, final_text, http_error, raw, stall, tool_call
 from tests.support.shop import COMBOS, CONFIRM_42, MODEL, Shop, run_loop
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agents_loopguard import Budget, Guard, Status, cli, create_runner
-from agents_loopguard.engine.errors import InputError, StoreError
 from agents_loopguard.store import SQLStore
+from agents_loopguard.values.errors import InputError, StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(120)

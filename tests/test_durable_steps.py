@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget, Reason, RunOptions, Status
-from agents_loopguard.engine.errors import NotFoundError, StoreError
 from agents_loopguard.run import Execute, Executed, GuardedRun, ToolSpec, drive, perform_check
 from agents_loopguard.run.durable import recorded, replayed
 from agents_loopguard.store import Store
+from agents_loopguard.values.errors import NotFoundError, StoreError
 
 
 def test_r17_a_step_begins_once_counts_re_executions_and_keeps_its_first_output(store: Store) -> None:
@@ -117,7 +117,7 @@ def test_r17_a_damaged_step_record_is_a_store_error_never_a_crash(record: Any) -
 
 def test_r17_a_record_round_trips_its_verdicts() -> None:
     """Rules: R17."""
-    from agents_loopguard.engine.calls import Verdict
+    from agents_loopguard.values.calls import Verdict
 
     done = Verdict(Status.COMPLETED, Reason.VALIDATED_DONE, "done", value={"status": "ok", "output": 1})
     refusal = Verdict(Status.STOPPED, Reason.SAME_CALL, "again", "op-1")

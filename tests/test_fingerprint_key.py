@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, Guard, Verdict
-from agents_loopguard.engine.calls import Ticket
-from agents_loopguard.engine.canonical import fingerprint
 from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.values.calls import Ticket
+from agents_loopguard.values.canonical import fingerprint
 
 UNLOCK = {"tool": "unlock", "kind": "write", "operation_id": "unlock-door-7", "args": {"door": 7, "pin": 4821}}
 COMMITTED = {"revision": 1, "done": False, "effect": "committed"}

@@ -11,9 +11,9 @@ from typing import Any
 import openai
 import pytest
 
-import agents_loopguard.engine.pricing as pricing
 import agents_loopguard.function_calling.entry as function_calling_entry
 import agents_loopguard.ops.triggers as triggers
+import agents_loopguard.values.pricing as pricing
 from agents_loopguard import Budget, Guard, MemoryStore, Policy, Reason, Status
 from agents_loopguard.function_calling import (
     GuardedTool,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, Guard, MemoryStore, Outcome, Policy, Reason, RecoveryRecord, Status, Usage, Verdict
-from agents_loopguard.engine.calls import Ticket
-from agents_loopguard.engine.outcome import RecordError, allowed_next_actions
+from agents_loopguard.values.calls import Ticket
+from agents_loopguard.values.outcome import RecordError, allowed_next_actions
 
 
 class Clock:

@@ -1,6 +1,6 @@
 """The house shows its layers, and every import points down (read from the syntax tree of the package).
 
-values (engine) -> store -> guard (engine) -> guarded run -> operations -> adapters -> server and command line.
+values -> store -> engine (the guard) -> guarded run -> operations -> adapters -> server and command line.
 The engine and the guarded run import no framework; adapters only translate (they build no ``Guard``, ``Verdict``
 or ``Outcome`` and never end a task themselves); the package never imports ``tests/``.
 """
@@ -82,9 +82,61 @@ def test_no_module_is_over_700_lines() -> None:
     assert long == {}
 
 
+FLOORS = {
+    "values": 0,
+    "store": 1,
+    "migrations": 1,
+    "engine": 2,
+    "run": 3,
+    "ops": 4,
+    **dict.fromkeys(ADAPTERS, 5),
+    **dict.fromkeys(("server", "cli", "views", "demo", "__main__", ""), 6),
+}
+"""Each floor of the house, by the package's first-level name ("" is the root package, which re-exports)."""
+
+
+def floor(module: str) -> int:
+    """The floor of ``agents_loopguard.<first>...``; a name not listed fails (every new folder takes a floor).
+
+    >>> floor("agents_loopguard.values.canonical"), floor("agents_loopguard.engine.core"), floor("agents_loopguard")
+    (0, 2, 6)
+    """
+    first = module.split(".")[1] if "." in module else ""
+    assert first in FLOORS, f"{module}: give agents_loopguard/{first} a floor in tests/test_layers.py"
+    return FLOORS[first]
+
+
+def _imported_modules(relative: str, tree: ast.Module) -> set[str]:
+    """What ``relative`` imports from the package; ``from .. import run`` is read as ``agents_loopguard.run``."""
+    found = {m for m in imports(relative, tree) if m.startswith("agents_loopguard")}
+    package = module_name(relative).split(".")[: None if relative.endswith("__init__.py") else -1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level and not node.module:
+            base = ".".join(package[: len(package) - node.level + 1])
+            folder = PACKAGE.parent / base.replace(".", "/")
+            for alias in node.names:
+                if (folder / alias.name).is_dir() or (folder / f"{alias.name}.py").is_file():
+                    found.discard(base)
+                    found.add(f"{base}.{alias.name}")
+    return found
+
+
+def test_every_import_points_down_a_floor_or_stays_on_its_own() -> None:
+    """values -> store -> engine -> run -> ops -> adapters -> server/CLI: no module imports a floor above its own,
+    at module level or inside a function (issue 31: the engine's values and its guard were one folder, so 15
+    imports ran from the store back up into ``engine/``)."""
+    upward = [
+        f"{relative} -> {imported}"
+        for relative, tree in modules()
+        for imported in _imported_modules(relative, tree)
+        if floor(imported) > floor(module_name(relative))
+    ]
+    assert upward == []
+
+
 def test_the_engine_and_the_guarded_run_import_no_framework_and_nothing_above_them() -> None:
     for relative, tree in modules():
-        if not relative.startswith(("engine/", "run/")):
+        if not relative.startswith(("values/", "engine/", "run/")):
             continue
         for imported in imports(relative, tree):
             # the one exception: what an error of the openai client (the API every adapter's models speak) means
@@ -94,7 +146,7 @@ def test_the_engine_and_the_guarded_run_import_no_framework_and_nothing_above_th
             assert not imported.startswith((*above, "agents_loopguard.server", "agents_loopguard.cli")), (
                 f"{relative} imports {imported}"
             )
-        if relative.startswith("engine/"):
+        if relative.startswith(("values/", "engine/")):
             for imported in imports(relative, tree):
                 assert not imported.startswith("agents_loopguard.run"), f"the engine imports the run: {relative}"
 

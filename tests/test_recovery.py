@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status, create_runner
-from agents_loopguard.engine.errors import exit_code
 from agents_loopguard.ops.recovery import RecoveryError, RecoveryRefused, reconcile, recover
 from agents_loopguard.store.base import Store
+from agents_loopguard.values.errors import exit_code
 
 PAY = {"tool": "pay", "kind": "write", "operation_id": "inv-7-pay", "args": {"invoice": 7, "amount": 120}}
 

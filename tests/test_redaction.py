@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
 from agents_loopguard import Budget, create_runner
-from agents_loopguard.engine.canonical import REDACTED, redact
 from agents_loopguard.store import SQLStore
+from agents_loopguard.values.canonical import REDACTED, redact
 from tests.conftest import libpq_url
 from tests.support.secrets_corpus import NEGATIVES, POSITIVES, Positive
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, Guard, OperationState, Reason, Status, Store
-from agents_loopguard.engine.outcome import NextAction
 from agents_loopguard.run import GuardStopped
 from agents_loopguard.run.guarded import forces_tool
+from agents_loopguard.values.outcome import NextAction
 from tests.support import stores
 from tests.support.adapters import ADAPTERS, Calls, Fail, Obey, Say, Tool, run_scenario, tool_value
 from tests.support.adk import wire_cannot_carry
@@ -593,7 +593,7 @@ def test_a_cancellation_during_a_tool_ends_the_task_cancelled_with_the_call_in_f
 def test_a_cost_budget_without_a_price_for_the_model_is_refused_with_one_wording(adapter: str, store: Store) -> None:
     """R2: a cost budget the run could not meter (the price table lacks the model) is refused before anything runs,
     with the same words in every adapter."""
-    from agents_loopguard.engine.pricing import Price
+    from agents_loopguard.values.pricing import Price
 
     prices = {"some-other-model": Price(1.0, 1.0)}
     with pytest.raises(ValueError, match="prices= has no entry for model"):
@@ -606,7 +606,7 @@ def test_a_cost_budget_without_a_price_for_the_model_is_refused_with_one_wording
 def test_a_price_table_without_a_cost_budget_is_not_refused(adapter: str, store: Store) -> None:
     """R2: without a cost budget there is nothing to enforce, so a price table that lacks the model is accepted in
     every adapter (the raw loop used to refuse it while the SDK adapter did not)."""
-    from agents_loopguard.engine.pricing import Price
+    from agents_loopguard.values.pricing import Price
 
     got = run_scenario(
         adapter, [Say("x")], [CHECK], budget=BUDGET, prices={"some-other-model": Price(1.0, 1.0)}, store=store

@@ -286,8 +286,8 @@ def test_a_write_still_running_at_the_deadline_stays_unknown_and_is_never_resent
 from agents import ModelSettings  # noqa: E402
 from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 
-from agents_loopguard.engine.pricing import Price  # noqa: E402
 from agents_loopguard.function_calling import GuardedTool, run_chat_completions  # noqa: E402
+from agents_loopguard.values.pricing import Price  # noqa: E402
 from tests.support.scripted_openai import ScriptedOpenAIServer, Usage, final_text, tool_call  # noqa: E402
 
 PRICES = {"gpt-4o-mini": Price(input_per_million=1_000_000.0, output_per_million=1_000_000.0)}  # 1 per token

@@ -22,8 +22,8 @@ from agents.exceptions import ModelBehaviorError, UserError
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status
-from agents_loopguard.engine.outcome import NextAction
 from agents_loopguard.sdk import GuardStopped, guarded_tool, run_guarded, run_guarded_streamed, run_guarded_sync
+from agents_loopguard.values.outcome import NextAction
 from tests.support.sdk import guarded_outcome, told
 
 pytestmark = pytest.mark.timeout(30)

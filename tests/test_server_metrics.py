@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents_loopguard import Budget, Guard, Verdict
-from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.server import ServerConfig, Tokens, create_app
 from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.values.calls import Ticket
 from tests.support.live_server import LiveServer
 from tests.support.server_env import SECRETS, budget_stopped, paused_task
 from tests.support.stores import sql_store

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from agents_loopguard import Budget, Guard, Status, Verdict, create_runner
-from agents_loopguard.engine.calls import Call, Ticket
 from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.server import create_app
 from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.values.calls import Call, Ticket
 from tests.support.live_server import LiveServer
 from tests.support.server_env import CONFIG, bearer, lost_write, paused_task
 from tests.support.stores import sql_store

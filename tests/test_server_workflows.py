@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from agents_loopguard import Budget, Outcome, Verdict
-from agents_loopguard.engine.calls import Call, Ticket
 from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.server import create_app
 from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.values.calls import Call, Ticket
 from tests.support.live_server import LiveServer
 from tests.support.server_env import CONFIG, bearer
 from tests.support.stores import sql_store

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from agents_loopguard import Budget, create_runner
-from agents_loopguard.engine.outcome import Reason, Usage
 from agents_loopguard.store import (
     Grant,
     MemoryStore,
@@ -25,6 +24,7 @@ from agents_loopguard.store import (
     StoreError,
     TraceEntry,
 )
+from agents_loopguard.values.outcome import Reason, Usage
 from tests.support.scenarios import REASONS, Observed, Scenario, ev, library_runner, observed, read, write
 from tests.support.scenarios import scenarios as core_scenarios
 

@@ -261,6 +261,6 @@ def test_a_postgres_url_without_psycopg_names_the_extra_to_install() -> None:
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "agents_loopguard.engine.errors.StoreError: SQLStore('postgresql+psycopg://app:***@db.internal"
+        "agents_loopguard.values.errors.StoreError: SQLStore('postgresql+psycopg://app:***@db.internal"
     )
     assert "pip install 'agents-loopguard[postgres]'" in last and "secret" not in done.stderr

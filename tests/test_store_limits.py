@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget
-from agents_loopguard.engine.errors import InputError
-from agents_loopguard.engine.outcome import Reason, Usage
 from agents_loopguard.store import Grant, MemoryStore, OperationState, Store, TraceEntry
+from agents_loopguard.values.errors import InputError
+from agents_loopguard.values.outcome import Reason, Usage
 
 pytestmark = pytest.mark.timeout(60)
 

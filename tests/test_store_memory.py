@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget, Guard
-from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import MemoryStore, TraceEntry
 from agents_loopguard.store.memory import DEFAULT_TRACE_LIMIT
+from agents_loopguard.values.calls import Ticket
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,13 +22,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from agents_loopguard import Budget, OperationState, Outcome, Reason, Usage
-from agents_loopguard.engine.errors import NotFoundError
 from agents_loopguard.ops.approvals import check_pause, decide
 from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.store import SQLStore, StoreError
 from agents_loopguard.store.sql import HEAD_REVISION, METADATA, SCHEMA_VERSION
 from agents_loopguard.store.sql.migrate import migrate
 from agents_loopguard.store.sql.schema import VERSION_TABLE
+from agents_loopguard.values.errors import NotFoundError
 from tests.conftest import libpq_url
 
 pytestmark = pytest.mark.timeout(120)

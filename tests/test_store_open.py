@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from agents_loopguard import Budget
-from agents_loopguard.engine.errors import NotFoundError
 from agents_loopguard.store import SQLStore, StoreError
+from agents_loopguard.values.errors import NotFoundError
 from tests.conftest import libpq_url
 from tests.support.unprivileged import run_unprivileged, shared_folder
 

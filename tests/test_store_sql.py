@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 from agents_loopguard import Budget, Guard, Reason, Status, create_runner
-from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import OperationState, SQLStore, StoreError
 from agents_loopguard.store.sql import DEFAULT_URL, ENV_URL, SCHEMA_VERSION, database_url
+from agents_loopguard.values.calls import Ticket
 from tests.conftest import libpq_url
 from tests.support.store_trace import sent
 
@@ -318,7 +318,7 @@ def test_the_ledger_survives_the_process_that_wrote_it(sql_url: str) -> None:
 
 
 def test_credentials_assigned_in_free_text_are_redacted() -> None:
-    from agents_loopguard.engine.canonical import redact
+    from agents_loopguard.values.canonical import redact
 
     text = 'login failed: password="hunter2" host=db; access_token=abc&page=2 api_key=zz'
     assert (

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget, Guard, MemoryStore, Reason, Status, Verdict
-from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import OperationState, SQLStore, StoreError
 from agents_loopguard.store.base import Store, TraceEntry
 from agents_loopguard.store.sql.connection import _lock_key
+from agents_loopguard.values.calls import Ticket
 from tests.conftest import libpq_url
 from tests.support.store_trace import round_trips, sent
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, MemoryStore, Outcome, Reason, Status, Store, Verdict
-from agents_loopguard.engine.calls import Call
 from agents_loopguard.ops.triggers import TriggerGuard
 from agents_loopguard.store.base import Activation
+from agents_loopguard.values.calls import Call
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "trigger_reentry.py"

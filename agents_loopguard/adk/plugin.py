@@ -43,7 +43,6 @@ from google.genai import types
 from typing_extensions import Unpack
 
 from ..engine.core import Guard
-from ..engine.outcome import Outcome
 from ..run import (
     NO_OUTPUT,
     Answer,
@@ -62,6 +61,7 @@ from ..run import (
     perform_check_async,
 )
 from ..run.requests import Failed, Send, model_request
+from ..values.outcome import Outcome
 from . import claims, wire
 from .tools import tool_spec
 

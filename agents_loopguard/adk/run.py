@@ -14,8 +14,8 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 from typing_extensions import Unpack
 
-from ..engine.outcome import Outcome
 from ..run import RunFields, RunOptions, ToolSpec
+from ..values.outcome import Outcome
 from .plugin import LoopGuardPlugin
 
 __all__ = ["run_guarded"]

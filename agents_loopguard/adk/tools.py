@@ -17,9 +17,9 @@ from typing import Any
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
 
-from ..engine.calls import Kind
 from ..run import ToolSpec, Verify, declare_tool
 from ..run.retry import NO_RETRY, RetryPolicy
+from ..values.calls import Kind
 
 __all__ = ["GuardedFunctionTool", "guarded_tool", "tool_spec"]
 

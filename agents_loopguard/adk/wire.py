@@ -24,8 +24,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from ..engine.canonical import CanonicalError, canonical_json
 from ..run import ToolSpec
+from ..values.canonical import CanonicalError, canonical_json
 
 __all__ = [
     "answer_text",

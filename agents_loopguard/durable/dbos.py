@@ -36,7 +36,6 @@ from dbos_openai_agents import DBOSRunner
 from dbos_openai_agents.runner import DBOSModelWrapper, Turnstile
 from typing_extensions import Unpack
 
-from ..engine.outcome import Outcome
 from ..ops.approvals import DecisionError
 from ..run import RunFields, RunOptions
 from ..sdk import LoopGuard, register_step_model
@@ -45,6 +44,7 @@ from ..sdk.private import tool_decisions
 from ..sdk.resume import claim_pause, decided_state
 from ..sdk.run import runner_kwargs
 from ..store.defaults import default_store
+from ..values.outcome import Outcome
 
 __all__ = ["DBOSSteps", "resume_guarded_dbos", "run_guarded_dbos"]
 

@@ -50,12 +50,12 @@ from restate.extensions import current_context
 from restate.server_context import DisconnectedException, restate_context_is_replaying
 from typing_extensions import Unpack
 
-from ..engine.calls import Verdict
-from ..engine.outcome import Outcome
 from ..run import RunFields, RunOptions
 from ..run.durable import recorded, replayed
 from ..sdk import LoopGuard, register_step_model
 from ..sdk.run import runner_kwargs
+from ..values.calls import Verdict
+from ..values.outcome import Outcome
 
 __all__ = ["JournaledModel", "RestateSteps", "run_guarded_restate"]
 

@@ -41,7 +41,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from typing_extensions import Unpack
 
-from ..engine.calls import Verdict
 from ..run import (
     Execute,
     Executed,
@@ -56,6 +55,7 @@ from ..run import (
 )
 from ..run.durable import recorded, replayed
 from ..sdk import GuardedModel
+from ..values.calls import Verdict
 
 __all__ = ["REFUSAL_TYPE", "GuardedActivityModels", "TemporalSteps", "guarded_activity", "refusal_of"]
 

@@ -1,8 +1,6 @@
-"""The engine: a task's rules, framework-free.
+"""The engine: the :class:`~agents_loopguard.Guard` that applies a task's rules on the store's atomic steps.
 
-Two floors, every import pointing down: the *values* (:mod:`.canonical`, :mod:`.budget`, :mod:`.calls`,
-:mod:`.evidence`, :mod:`.outcome`, :mod:`.pricing`, :mod:`.digests`, :mod:`.errors`) sit below the store, which
-imports them; the :class:`~agents_loopguard.Guard` (:mod:`.core`, :mod:`.metering`, and the article's
-runner in :mod:`.runner`) sits above the store, which it drives. This package imports nothing itself, so the store
-can import the values without pulling in the guard.
+:mod:`.core` (the call cycle), :mod:`.metering` (a request's tokens and cost), :mod:`.ending` (pauses and the end)
+and the article's runner in :mod:`.runner`. It sits above the store, which it drives, and above
+:mod:`agents_loopguard.values`, the values it reasons about; it imports no framework.
 """

@@ -13,7 +13,7 @@ The cycle of one call::
     guard.end(verdict)            # the sticky terminal Outcome
 
 :func:`~agents_loopguard.engine.runner.create_runner` is the article's synchronous prototype built on the same engine;
-:mod:`~agents_loopguard.engine.calls` holds the values the engine reasons about (calls, tickets, verdicts).
+:mod:`~agents_loopguard.values.calls` holds the values the engine reasons about (calls, tickets, verdicts).
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ from typing import Any
 
 from ..store.base import OperationState, Progress, StepRecord, Store, TaskSnapshot, TraceEntry
 from ..store.memory import MemoryStore
-from .budget import Budget, Policy
-from .calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, outside_namespace, parse_call
-from .canonical import CanonicalError, canonical_json, fingerprint, redact
-from .ending import Ending
-from .errors import StateError
-from .evidence import (
+from ..values.budget import Budget, Policy
+from ..values.calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, outside_namespace, parse_call
+from ..values.canonical import CanonicalError, canonical_json, fingerprint, redact
+from ..values.errors import StateError
+from ..values.evidence import (
     UNVERIFIED,
     Effect,
     Evidence,
@@ -43,9 +42,10 @@ from .evidence import (
     result_status,
     unproven,
 )
+from ..values.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
+from ..values.pricing import Price
+from .ending import Ending
 from .metering import Metering
-from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
-from .pricing import Price
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
@@ -368,7 +368,7 @@ class Guard(Metering, Ending):
 
         The evidence is either what ``verify(proposal, result)`` returns (the engine calls it only for a valid
         result, as the article's runner does) or, for adapters that ran the application's check themselves
-        (possibly async), the value it returned passed as ``evidence=`` (a :class:`~agents_loopguard.engine.evidence.
+        (possibly async), the value it returned passed as ``evidence=`` (a :class:`~agents_loopguard.values.evidence.
         VerifyFailed` when it raised).
 
         Returns ``None`` to continue, or a :class:`Verdict`: invalid_result, invalid_evidence, unknown_commit,

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..store.base import Store, TraceEntry
-from .calls import UNSET, Verdict
-from .canonical import redact
-from .digests import pause_digest
-from .outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
+from ..values.calls import UNSET, Verdict
+from ..values.canonical import redact
+from ..values.digests import pause_digest
+from ..values.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
 
 __all__ = ["Ending"]
 
@@ -85,7 +85,7 @@ class Ending:
         ``result`` is the adapter's own result object, kept on the outcome).
 
         The digest of the pause covers the task, the state and the calls (see
-        :func:`~agents_loopguard.engine.digests.pause_digest`: an HMAC with ``key`` or ``$LOOPGUARD_PAUSE_KEY``); a
+        :func:`~agents_loopguard.values.digests.pause_digest`: an HMAC with ``key`` or ``$LOOPGUARD_PAUSE_KEY``); a
         resume checks it before anything runs.
 
         >>> from agents_loopguard import Budget, Guard, MemoryStore

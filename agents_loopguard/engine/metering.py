@@ -2,13 +2,13 @@
 settled with the usage the model reports. The :class:`~agents_loopguard.Guard` does it itself
 (:meth:`~Metering.reserve_request`, :meth:`~Metering.settle_request`); this module holds those methods.
 
-A cost budget needs the price of every model a task asks (:mod:`~agents_loopguard.engine.pricing`) and, like an
+A cost budget needs the price of every model a task asks (:mod:`~agents_loopguard.values.pricing`) and, like an
 output or total token limit, a bound on each request's output: a limit that cannot be enforced is refused with a
 ``ValueError`` (:meth:`~Metering.check_request`) before anything runs, never ignored. Without a cost budget or token
 limits nothing is reserved.
 
 >>> from agents_loopguard import Budget, Guard
->>> from agents_loopguard.engine.pricing import Price
+>>> from agents_loopguard.values.pricing import Price
 >>> per_token = {"m": Price(1_000_000.0, 1_000_000.0)}
 >>> Guard(budget=Budget(5, 0, cost=250.0), prices=per_token).reserve_request("m", lambda: 200, 100).reason
 <Reason.COST_BUDGET: 'cost_budget'>
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..store.base import Grant, Store
-from .budget import Budget
-from .calls import Verdict
-from .outcome import Reason, Status, Usage
-from .pricing import Price, price_for
+from ..values.budget import Budget
+from ..values.calls import Verdict
+from ..values.outcome import Reason, Status, Usage
+from ..values.pricing import Price, price_for
 
 __all__ = ["NOTHING_RESERVED", "Metering", "Reserved"]
 

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..store.base import Store
-from .budget import TOKEN_LIMITS, Budget, Policy
-from .calls import Verdict
+from ..values.budget import TOKEN_LIMITS, Budget, Policy
+from ..values.calls import Verdict
+from ..values.outcome import Outcome, Reason, Status
 from .core import Guard
-from .outcome import Outcome, Reason, Status
 
 __all__ = ["create_runner"]
 

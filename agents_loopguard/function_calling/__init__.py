@@ -10,7 +10,7 @@ the tools it calls and feeds their outputs back; every step goes through the gua
 - ``tool_choice`` is the guard's: a ``"required"`` or forced function is sent only while work remains (R12);
 - every tool call of a response (parallel ones too, in order) is proposed, executed, verified and settled;
   malformed arguments and unknown tools are refused as ``invalid_call``;
-- the loop ends with one :class:`~agents_loopguard.engine.outcome.Outcome`.
+- the loop ends with one :class:`~agents_loopguard.values.outcome.Outcome`.
 
 Modules: :mod:`.tools` (:class:`GuardedTool`), :mod:`.options` (:class:`LoopOptions`), :mod:`.wire` (the two API
 styles), :mod:`.loop` (the loop as a generator of effects), :mod:`.entry` (the drivers and entry points).

@@ -14,9 +14,9 @@ from typing import Any
 import openai
 from typing_extensions import Unpack
 
-from ..engine.outcome import Outcome
 from ..run import Execute, GuardedRun, RunOptions, adrive, drive, perform_check, perform_check_async, within_deadline
 from ..run.requests import Send
+from ..values.outcome import Outcome
 from .loop import Loop, conversation_of, in_flight_label
 from .options import LoopFields, LoopOptions
 from .tools import GuardedTool
@@ -124,7 +124,7 @@ def run_chat_completions(
     options: RunOptions | None = None,
     **fields: Unpack[LoopFields],
 ) -> Outcome:
-    """Run a guarded Chat Completions tool loop to one :class:`~agents_loopguard.engine.outcome.Outcome`.
+    """Run a guarded Chat Completions tool loop to one :class:`~agents_loopguard.values.outcome.Outcome`.
 
     The options (:class:`~agents_loopguard.function_calling.LoopOptions`) come as one ``options=`` object, as
     keyword arguments, or both (the keywords win): the task's limits from ``guard=`` or from ``budget=`` (with

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from typing import Any
 
-from ..engine.calls import Call
-from ..engine.outcome import Outcome
 from ..run import Answer, Executed, GuardedRun
 from ..run.conclusion import NO_OUTPUT, Ending, conclude, conclude_now
 from ..run.requests import Failed, model_request
+from ..values.calls import Call
+from ..values.outcome import Outcome
 from .options import LoopOptions
 from .tools import GuardedTool, LoopResult
 from .wire import Api, Proposed, content, dump

@@ -29,7 +29,7 @@ class GuardedTool:
     ``fn`` is called with the model's arguments as keyword arguments (a coroutine function in the async loops).
     ``verify(args, output)`` is the application's trusted check of the result: it returns evidence
     ``{"revision": int, "done": bool, "effect": "none" | "committed" | "not_committed" | "unknown"}`` (see
-    :class:`~agents_loopguard.engine.evidence.Evidence`). A read without ``verify`` is unverified: it never advances the
+    :class:`~agents_loopguard.values.evidence.Evidence`). A read without ``verify`` is unverified: it never advances the
     revision, and ``Policy.max_unverified`` of them in a row end in ``no_progress``. A write needs ``operation_id``
     (the stable business action, from the arguments) and ``verify``.
 

@@ -26,12 +26,12 @@ from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 
-from ..engine.canonical import CanonicalError, canonical_json, redact
 from ..engine.core import Guard
-from ..engine.outcome import Reason
 from ..ops.approvals import APPROVE, REJECT, claim_for_resume, decisions_for, find_pause_for
 from ..run import Ending, conclude_now
 from ..store.base import PauseAlreadyResumed
+from ..values.canonical import CanonicalError, canonical_json, redact
+from ..values.outcome import Reason
 
 if TYPE_CHECKING:
     from .middleware import LoopGuardMiddleware, Scope

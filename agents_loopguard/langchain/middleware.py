@@ -36,7 +36,6 @@ from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 from typing_extensions import NotRequired, Unpack
 
-from ..engine.outcome import Outcome, RecoveryRecord
 from ..run import (
     NO_OUTPUT,
     Check,
@@ -57,6 +56,7 @@ from ..run import (
 )
 from ..run.requests import Failed, Send
 from ..run.retry import RetryPolicy
+from ..values.outcome import Outcome, RecoveryRecord
 from .models import client_retries, model_name, output_bound, single_attempt, usage_of
 from .options import LangChainFields, LangChainOptions
 

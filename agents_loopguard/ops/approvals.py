@@ -26,13 +26,13 @@ import hmac
 import time
 from collections.abc import Iterable, Mapping
 
-from ..engine.canonical import canonical_json
-from ..engine.digests import KEYED as _KEYED
-from ..engine.digests import PAUSE_KEY_ENV, pause_body, pause_digest
-from ..engine.digests import digest_key as _key
-from ..engine.digests import seal as _seal
-from ..engine.errors import InputError, NotFoundError, StateError
 from ..store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord, operator_text
+from ..values.canonical import canonical_json
+from ..values.digests import KEYED as _KEYED
+from ..values.digests import PAUSE_KEY_ENV, pause_body, pause_digest
+from ..values.digests import digest_key as _key
+from ..values.digests import seal as _seal
+from ..values.errors import InputError, NotFoundError, StateError
 
 __all__ = [
     "APPROVE",

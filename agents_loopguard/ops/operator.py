@@ -3,7 +3,7 @@
 Every function takes a :class:`~agents_loopguard.store.base.Store` and returns JSON-ready data: numbers as numbers,
 every timestamp as ISO 8601 UTC ending in ``Z`` (``None`` when the store holds none), stored JSON (arguments,
 results, records) as objects, and text that may hold a credential redacted. Failures raise the families of
-:mod:`~agents_loopguard.engine.errors`: :class:`NotFoundError` for an unknown id, :class:`InputError` for a malformed
+:mod:`~agents_loopguard.values.errors`: :class:`NotFoundError` for an unknown id, :class:`InputError` for a malformed
 request, :class:`StateError` for a refusal by the state of a task, pause or operation. Nothing here prints, and
 nothing imports a command-line or web framework.
 
@@ -32,10 +32,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..engine.budget import Budget
-from ..engine.canonical import redact
-from ..engine.errors import InputError, NotFoundError, StateError
-from ..engine.outcome import RecordError, RecoveryRecord, Status, Usage
 from ..store.base import (
     OperationRecord,
     OperationState,
@@ -45,6 +41,10 @@ from ..store.base import (
     TraceEntry,
     TransitionRecord,
 )
+from ..values.budget import Budget
+from ..values.canonical import redact
+from ..values.errors import InputError, NotFoundError, StateError
+from ..values.outcome import RecordError, RecoveryRecord, Status, Usage
 from .approvals import check_pause, decide
 from .recovery import reconcile, recover
 from .stops import request_stop
@@ -427,7 +427,7 @@ def operation_view(store: Store, operation_id: str) -> dict[str, Any]:
     >>> operation_view(MemoryStore(), "inv-1")
     Traceback (most recent call last):
     ...
-    agents_loopguard.engine.errors.NotFoundError: no operation 'inv-1' in this store
+    agents_loopguard.values.errors.NotFoundError: no operation 'inv-1' in this store
     """
     record = store.lookup_operation(operation_id)
     if record is None:

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.canonical import redact
-from ..engine.errors import InputError, NotFoundError, StateError, StoreError
-from ..engine.outcome import NextAction, Status
 from ..store.base import OperationRecord, OperationState, Store, TransitionRecord, operator_text
+from ..values.canonical import redact
+from ..values.errors import InputError, NotFoundError, StateError, StoreError
+from ..values.outcome import NextAction, Status
 
 __all__ = [
     "Reconciliation",

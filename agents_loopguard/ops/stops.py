@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from ..engine.canonical import redact
 from ..store.base import Store, TaskSnapshot
+from ..values.canonical import redact
 
 __all__ = [
     "ENTRY_POINT_GROUP",

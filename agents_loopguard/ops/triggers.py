@@ -9,7 +9,7 @@ operations as its origin, the store recognizes the chain and counts it: beyond `
 activation is refused with ``stopped/trigger_chain``, in whichever process or host the event arrives.
 
 >>> from agents_loopguard import Budget, MemoryStore
->>> from agents_loopguard.engine.calls import Call
+>>> from agents_loopguard.values.calls import Call
 >>> store = MemoryStore()
 >>> trigger = TriggerGuard(store, flow="orders-sync", max_depth=0)
 >>> first = trigger.activate("evt-1")                       # a change from outside: may run
@@ -37,12 +37,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.budget import Budget, Policy
-from ..engine.calls import FLOW_NAMESPACE, Call, flow_operation_id
 from ..engine.core import Guard, Verdict
-from ..engine.errors import InputError, NotFoundError, StateError
-from ..engine.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
 from ..store.base import Activation, OperationState, Store
+from ..values.budget import Budget, Policy
+from ..values.calls import FLOW_NAMESPACE, Call, flow_operation_id
+from ..values.errors import InputError, NotFoundError, StateError
+from ..values.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
 
 __all__ = ["ReservedWrite", "TriggerGuard"]
 

@@ -41,10 +41,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..engine.calls import Verdict
 from ..engine.core import Guard
-from ..engine.evidence import ResultStatus, parse_evidence
-from ..engine.outcome import Outcome, Reason, Status
+from ..values.calls import Verdict
+from ..values.evidence import ResultStatus, parse_evidence
+from ..values.outcome import Outcome, Reason, Status
 from .effects import Answer, Check, drive, perform_check
 from .guarded import GuardedRun, _output_of, jsonable
 from .model_errors import classify_model_error

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.calls import KINDS, Kind
+from ..values.calls import KINDS, Kind
 from .retry import NO_RETRY, RetryPolicy
 
 __all__ = ["ToolSpec", "Unnamed", "Verify", "declare_tool", "parse_arguments"]

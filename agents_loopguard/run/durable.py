@@ -26,9 +26,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..engine.calls import Verdict
-from ..engine.errors import StoreError
-from ..engine.outcome import Reason, Status
+from ..values.calls import Verdict
+from ..values.errors import StoreError
+from ..values.outcome import Reason, Status
 
 __all__ = ["DurableSteps", "recorded", "replayed"]
 
@@ -81,7 +81,7 @@ def recorded(
 
 def replayed(record: Any) -> tuple[Any, str | None, Verdict | None, bool, Verdict | None]:
     """The output, message, verdict, ``ended`` and done verdict of a :func:`recorded` execution; a record that is
-    not one (a damaged or tampered store) is a :class:`~agents_loopguard.engine.errors.StoreError`.
+    not one (a damaged or tampered store) is a :class:`~agents_loopguard.values.errors.StoreError`.
 
     >>> replayed(recorded(None, "refused", Verdict(Status.STOPPED, Reason.SAME_CALL, "again"), ended=True))[1:4]
     ('refused', Verdict(status=<Status.STOPPED: 'stopped'>, reason=<Reason.SAME_CALL: 'same_call'>, detail='again', \
@@ -89,7 +89,7 @@ operation_id=None), True)
     >>> replayed({"output": 1})
     Traceback (most recent call last):
     ...
-    agents_loopguard.engine.errors.StoreError: the store holds a damaged record of a durable step ({'output': 1}): \
+    agents_loopguard.values.errors.StoreError: the store holds a damaged record of a durable step ({'output': 1}): \
 restore the database from a backup
     """
     try:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..engine.calls import Call
+from ..values.calls import Call
 
 __all__ = [
     "Answer",

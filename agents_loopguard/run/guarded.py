@@ -42,13 +42,13 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.calls import KINDS, Call, Ticket, Verdict
 from ..engine.core import Guard, Observer
-from ..engine.errors import LoopguardError
-from ..engine.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from ..engine.metering import NOTHING_RESERVED, Reserved
-from ..engine.outcome import Outcome, Reason, Status
 from ..store.defaults import default_store
+from ..values.calls import KINDS, Call, Ticket, Verdict
+from ..values.errors import LoopguardError
+from ..values.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
+from ..values.outcome import Outcome, Reason, Status
 from .choices import forced_name, forces_tool
 from .declarations import ToolSpec, Unnamed, Verify, declare_tool, parse_arguments
 from .durable import recorded, replayed
@@ -210,7 +210,7 @@ class GuardedRun:
     """The state of one guarded run and every run-level rule. Adapters drive it; it decides.
 
     ``prices``: the price table for the cost budget (a request's model is priced with
-    :func:`~agents_loopguard.engine.pricing.price_for`). ``unwrap_values``: the outcome's value is the tool output (the
+    :func:`~agents_loopguard.values.pricing.price_for`). ``unwrap_values``: the outcome's value is the tool output (the
     Agents SDK) rather than the engine's result ``{"status": ..., "output": ...}`` (the raw loop, like
     :func:`~agents_loopguard.create_runner`).
     ``label``: how a call in flight is named in ``Outcome.in_flight``.

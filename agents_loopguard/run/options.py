@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
-from ..engine.budget import Budget, Policy
-from ..engine.pricing import InputEstimator, Price
-from ..engine.pricing import estimate_input_tokens as _estimate_input_tokens
 from ..store.base import Store
+from ..values.budget import Budget, Policy
+from ..values.pricing import InputEstimator, Price
+from ..values.pricing import estimate_input_tokens as _estimate_input_tokens
 from .durable import DurableSteps
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class RunOptions:
     tool's ``verify`` saying ``done`` completes it; any other final answer is ``partial/unverified_final``."""
     # --- money and tokens ---
     prices: Mapping[str, Price] | None = None
-    """The price table of the models (:class:`~agents_loopguard.engine.pricing.Price` per model name), required
+    """The price table of the models (:class:`~agents_loopguard.values.pricing.Price` per model name), required
     with ``Budget(cost=...)``: each model attempt reserves its worst case first and settles it with the reported
     usage."""
     estimate_input_tokens: InputEstimator = _estimate_input_tokens

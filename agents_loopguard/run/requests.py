@@ -27,7 +27,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.calls import Verdict
+from ..values.calls import Verdict
 from .effects import Answer, Sleep
 from .guarded import GuardedRun
 from .retry import NO_RETRY, RetryPolicy

@@ -52,9 +52,9 @@ from agents.result import RunResultBase
 from typing_extensions import Unpack
 
 from .. import run as guarded
-from ..engine.outcome import Outcome
 from ..ops.approvals import ResumeError
 from ..run import Ending, GuardedRun, RunFields, RunOptions, StopKind, adrive, conclude, perform_check_async
+from ..values.outcome import Outcome
 from ._internal import Halt, trace_decision
 from .claims import ClaimedState, continue_pause
 from .graph import guard_agent, guard_config, install_nested_guard, is_copy

@@ -30,10 +30,10 @@ from agents.models.openai_responses import OpenAIResponsesModel
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest, ModelRetryNormalizedError
 from agents.tool import Tool
 
-from ..engine.outcome import Reason
 from ..run import Answer, GuardedRun, Sleep, adrive, perform_check_async, within_deadline
 from ..run.requests import Failed, Send, model_request
 from ..run.retry import RetryPolicy
+from ..values.outcome import Reason
 from . import private
 from ._internal import ACTIVE_RUN, Halt
 

@@ -32,9 +32,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from ..engine.canonical import redact
 from ..ops.operator import pause_notice
 from ..store.base import Store
+from ..values.canonical import redact
 
 __all__ = ["PauseNotifier", "pause_message"]
 

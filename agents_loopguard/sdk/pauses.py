@@ -35,9 +35,9 @@ from agents import FunctionTool
 from agents.items import ToolApprovalItem
 from agents.result import RunResult, RunResultBase, RunResultStreaming
 
-from ..engine.canonical import CanonicalError, canonical_json, redact
 from ..engine.core import Guard
 from ..ops.approvals import ResumeError
+from ..values.canonical import CanonicalError, canonical_json, redact
 from .tools import tool_spec
 
 __all__ = ["pending_calls", "persist_pause", "waiting_detail"]

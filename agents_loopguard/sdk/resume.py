@@ -13,7 +13,6 @@ from typing import Any
 from agents import Agent, RunState
 from typing_extensions import Unpack
 
-from ..engine.outcome import Outcome
 from ..ops.approvals import (
     APPROVE,
     DecisionError,
@@ -25,6 +24,7 @@ from ..ops.approvals import (
 from ..run import RunOptions
 from ..store.base import PauseRecord, Store
 from ..store.defaults import default_store
+from ..values.outcome import Outcome
 from .claims import ClaimedState
 from .run import RUNNER_KEYWORDS, SdkRunFields, run_guarded, run_sync
 

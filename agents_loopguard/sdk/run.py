@@ -46,8 +46,8 @@ from agents.stream_events import StreamEvent
 from typing_extensions import Unpack
 
 from ..engine.core import Guard
-from ..engine.outcome import Outcome
 from ..run import RunFields, RunOptions
+from ..values.outcome import Outcome
 from .attach import GuardStopped, LoopGuard
 
 __all__ = [

@@ -38,13 +38,13 @@ from agents import FunctionTool
 from agents.tool import invoke_function_tool
 from agents.tool_context import ToolContext
 
-from ..engine.budget import Budget, Policy
 from ..engine.core import Guard, Verdict
-from ..engine.outcome import Outcome
 from ..run import Ending, GuardedRun, OnRefusal, RunOptions, conclude_now, drive, perform_check
 from ..run.conclusion import decide
 from ..store.base import Store
 from ..store.memory import MemoryStore
+from ..values.budget import Budget, Policy
+from ..values.outcome import Outcome
 from ._internal import ACTIVE_RUN, trace_decision
 from .attach import GuardStopped, LoopGuard
 from .graph import install_nested_guard

@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine.budget import Budget
 from ..ops import operator
 from ..store.base import Store
+from ..values.budget import Budget
 from . import workflows
 from .auth import Forbidden, api_caller, api_operator
 from .config import Principal

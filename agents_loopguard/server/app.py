@@ -21,9 +21,9 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
-from ..engine.canonical import redact
-from ..engine.errors import LoopguardError, error_kind, exit_code, http_status
 from ..store.base import Store
+from ..values.canonical import redact
+from ..values.errors import LoopguardError, error_kind, exit_code, http_status
 from . import api, console, metrics
 from .auth import AuthError, NeedsLogin, Unauthorized
 from .config import ServerConfig

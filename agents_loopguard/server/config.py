@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..engine.errors import InputError
+from ..values.errors import InputError
 
 __all__ = [
     "MIN_SECRET_LENGTH",

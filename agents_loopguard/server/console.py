@@ -23,9 +23,9 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
-from ..engine.errors import InputError, LoopguardError
 from ..ops import operator
 from ..store.base import Store
+from ..values.errors import InputError, LoopguardError
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, Forbidden, check_csrf, console_session
 from .config import ServerConfig
 from .sessions import Session, Sessions, new_secret, same_secret

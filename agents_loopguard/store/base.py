@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from ..engine.budget import Budget
-from ..engine.canonical import redact
-from ..engine.errors import InputError, NotFoundError, StateError, StoreError
-from ..engine.outcome import Reason, Usage
+from ..values.budget import Budget
+from ..values.canonical import redact
+from ..values.errors import InputError, NotFoundError, StateError, StoreError
+from ..values.outcome import Reason, Usage
 
 __all__ = [
     "MAX_CHAIN_WALK",
@@ -87,7 +87,7 @@ def operation_blocks(state: OperationState | str, payload: str, fingerprint: str
 
 def operator_text(text: str, secrets: Iterable[str] = ()) -> str:
     """An operator's free text (who, why, a decision note, a stop reason) as it may be stored: credentials and the
-    ``secrets`` given replaced by ``[redacted]`` (:func:`agents_loopguard.engine.canonical.redact`).
+    ``secrets`` given replaced by ``[redacted]`` (:func:`agents_loopguard.values.canonical.redact`).
 
     >>> operator_text("ops password=hunter2"), operator_text("ana on call", secrets=["on call"])
     ('ops password=[redacted]', 'ana [redacted]')

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine.budget import Budget
-from ..engine.outcome import Reason, Usage
+from ..values.budget import Budget
+from ..values.outcome import Reason, Usage
 from .base import (
     MAX_CHAIN_WALK,
     Activation,

@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..engine.budget import Budget
-from ..engine.errors import InputError, NotFoundError, StateError
-from ..engine.outcome import Reason, Usage
+from ..values.budget import Budget
+from ..values.errors import InputError, NotFoundError, StateError
+from ..values.outcome import Reason, Usage
 from .base import Grant, OperationRecord, OperationState, PauseAlreadyResumed, PauseRecord
 
 __all__ = [
@@ -226,7 +226,7 @@ def check_tokens(input_tokens: int, output_tokens: int) -> tuple[int, int]:
 
     >>> check_tokens(-1, 5)
     Traceback (most recent call last):
-    agents_loopguard.engine.errors.InputError: token amounts are non-negative ints, got input=-1 output=5
+    agents_loopguard.values.errors.InputError: token amounts are non-negative ints, got input=-1 output=5
     """
     for value in (input_tokens, output_tokens):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -284,7 +284,7 @@ def check_reconcile(operation_id: str, record: OperationRecord | None) -> Operat
     >>> from agents_loopguard.store.base import OperationRecord
     >>> check_reconcile("op-1", OperationRecord("op-1", "t", "pay", "fp", OperationState.COMMITTED))
     Traceback (most recent call last):
-    agents_loopguard.engine.errors.StateError: operation 'op-1' is committed, not unknown: nothing to reconcile
+    agents_loopguard.values.errors.StateError: operation 'op-1' is committed, not unknown: nothing to reconcile
     """
     if record is None:
         raise NotFoundError(f"unknown operation {operation_id!r}")
@@ -300,7 +300,7 @@ def check_answer(operation_id: str, record: OperationRecord | None, expected: Op
     >>> committed = OperationRecord("op-1", "t", "pay", "fp", OperationState.COMMITTED)
     >>> check_answer("op-1", committed, OperationState.UNKNOWN)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    agents_loopguard.engine.errors.StateError: operation 'op-1' is committed now, not unknown: it changed meanwhile; ...
+    agents_loopguard.values.errors.StateError: operation 'op-1' is committed now, not unknown: it changed meanwhile; ...
     """
     if record is None:
         raise NotFoundError(f"unknown operation {operation_id!r}")
@@ -361,7 +361,7 @@ def check_recover(task_id: str, task: TaskView, kind: str) -> None:
 
     >>> check_recover("t-1", TaskState(Budget(1, 1)), "recover")
     Traceback (most recent call last):
-    agents_loopguard.engine.errors.StateError: task 't-1' is running: there is nothing to recover
+    agents_loopguard.values.errors.StateError: task 't-1' is running: there is nothing to recover
     """
     if task.status == "running" and (task.stop_reason is None or kind != "recover"):
         raise StateError(f"task {task_id!r} is running: there is nothing to recover")

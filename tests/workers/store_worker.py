@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from agents_loopguard import Budget, Guard, Verdict, create_runner
-from agents_loopguard.engine.calls import Ticket
 from agents_loopguard.store import SQLStore
+from agents_loopguard.values.calls import Ticket
 
 BIG = Budget(model_turns=10**6, tool_executions=10**6)
 

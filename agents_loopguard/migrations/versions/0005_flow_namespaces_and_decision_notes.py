@@ -8,7 +8,7 @@ Activation operations move into their flow's namespace: ``flow:<flow>:<operation
 Until now a workflow's write was recorded under the id the workflow sent, so it could alias an agent task's
 operation (replay it, block it, or forge its result). Every operation written by an activation's task is renamed into
 that flow's namespace, and so is every reference to it: the trace, the origins of later activations, the operators'
-transitions and the tasks' outcomes. The namespace is written as :func:`agents_loopguard.engine.calls.flow_operation_id`
+transitions and the tasks' outcomes. The namespace is written as :func:`agents_loopguard.values.calls.flow_operation_id`
 writes it (kept here as SQL: a migration keeps the format of its own time).
 
 Revision ID: 0005

@@ -31,7 +31,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ...engine.errors import NotFoundError, StoreError
+from ...values.errors import NotFoundError, StoreError
 from .faults import (
     connection_lost,
     damaged_text,

@@ -13,7 +13,7 @@ import errno
 import os
 from pathlib import Path
 
-from ...engine.errors import InputError, StoreError
+from ...values.errors import InputError, StoreError
 
 __all__ = [
     "connection_lost",

@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
-from ...engine.errors import StoreError
+from ...values.errors import StoreError
 from .connection import Database
 from .faults import database_fault, open_fault
 from .schema import HEAD_REVISION, SCHEMA_VERSION, VERSION_TABLE, Survey, refuse_unless_empty, revision_of, survey

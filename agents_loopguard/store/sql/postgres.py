@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 
-from ...engine.errors import StoreError
+from ...values.errors import StoreError
 from ..base import (
     Grant,
     OperationClaim,

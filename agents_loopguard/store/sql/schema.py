@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite as lite
 from sqlalchemy.exc import DBAPIError
 
-from ...engine.errors import NotFoundError, StoreError
+from ...values.errors import NotFoundError, StoreError
 from .tables import METADATA, meta
 
 __all__ = [

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ...engine.errors import InputError
-from ...engine.outcome import Reason, Usage
+from ...values.errors import InputError
+from ...values.outcome import Reason, Usage
 from ..base import (
     MAX_CHAIN_WALK,
     Activation,

@@ -13,8 +13,8 @@ from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite as lite
 from sqlalchemy.engine import URL
 
-from ...engine.budget import Budget
-from ...engine.outcome import Usage
+from ...values.budget import Budget
+from ...values.outcome import Usage
 from ..base import (
     Activation,
     Grant,
@@ -109,7 +109,7 @@ class SQLStore(Store):
     1
     >>> SQLStore(f"sqlite:///{folder}/typo.db", create=False)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    agents_loopguard.engine.errors.NotFoundError: no loopguard store at .../typo.db
+    agents_loopguard.values.errors.NotFoundError: no loopguard store at .../typo.db
     """
 
     def __init__(

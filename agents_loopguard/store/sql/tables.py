@@ -13,9 +13,9 @@ from sqlalchemy import BigInteger, Integer, Table, Text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from ...engine.budget import Budget
-from ...engine.errors import StoreError
-from ...engine.outcome import Reason, Usage
+from ...values.budget import Budget
+from ...values.errors import StoreError
+from ...values.outcome import Reason, Usage
 from ..base import (
     Activation,
     OperationRecord,

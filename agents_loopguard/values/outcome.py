@@ -193,7 +193,7 @@ class Outcome:
 
     def record(self, *, secrets: Iterable[str] = ()) -> RecoveryRecord:
         """The recovery record of this outcome; its ``validated_value`` is :attr:`value` redacted (``secrets`` are
-        the application's own, see :func:`~agents_loopguard.engine.canonical.redact`), so a rerun returns it."""
+        the application's own, see :func:`~agents_loopguard.values.canonical.redact`), so a rerun returns it."""
         return RecoveryRecord(
             task_id=self.task_id,
             status=self.status,

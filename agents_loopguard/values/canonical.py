@@ -404,7 +404,7 @@ def canonical_json(value: Any) -> bytes:
     >>> canonical_json({"amount": float("nan")})
     Traceback (most recent call last):
     ...
-    agents_loopguard.engine.canonical.CanonicalError: $.amount: nan is not a JSON number (NaN and Infinity are refused)
+    agents_loopguard.values.canonical.CanonicalError: $.amount: nan is not a JSON number (NaN and Infinity are refused)
     """
     encoder = _new_encoder()
     try:
