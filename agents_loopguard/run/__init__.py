@@ -1,8 +1,8 @@
-"""The guarded run, framework-neutral and the only door of every adapter: one run's options
-(:mod:`.options`), its state and rules (:mod:`.guarded`), the model request (:mod:`.requests`), tool executions as
-effects (:mod:`.effects`), tool declarations (:mod:`.declarations`), durable engines' replays (:mod:`.durable`),
-bounded retries (:mod:`.retry`), what a model error means (:mod:`.model_errors`) and how a run ends
-(:mod:`.conclusion`). Nothing here imports a framework."""
+"""The guarded run, framework-neutral and the only door of every adapter: one run's options (:mod:`.options`), its
+state and rules (:mod:`.guarded`, on :mod:`.state` and :mod:`.tool_calls`), the model request (:mod:`.requests`),
+tool executions as effects (:mod:`.effects`), tool declarations (:mod:`.declarations`), durable engines' replays
+(:mod:`.durable`), bounded retries (:mod:`.retry`), what a model error means (:mod:`.model_errors`) and how a run
+ends (:mod:`.conclusion`). Nothing here imports a framework."""
 
 from .conclusion import NO_OUTPUT, Ending, StopKind, conclude, conclude_now
 from .declarations import ToolSpec, Verify, declare_tool

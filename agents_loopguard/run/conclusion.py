@@ -46,8 +46,9 @@ from ..values.calls import Verdict
 from ..values.evidence import ResultStatus, parse_evidence
 from ..values.outcome import Outcome, Reason, Status
 from .effects import Answer, Check, drive, perform_check
-from .guarded import GuardedRun, _output_of, jsonable
+from .guarded import GuardedRun
 from .model_errors import classify_model_error
+from .tool_calls import _output_of, jsonable
 
 __all__ = ["NO_OUTPUT", "Ending", "StopKind", "conclude", "conclude_now", "decide"]
 

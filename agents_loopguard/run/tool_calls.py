@@ -1,0 +1,247 @@
+"""One tool call of a guarded run: a proposal built from a tool name and the model's raw JSON (``invalid_call``, a
+write's ``operation_id`` and why it could not be derived), then authorize -> execute -> verify -> settle with the
+tool's bounded retries, as a generator of effects (:class:`~agents_loopguard.run.effects.Execute`,
+:class:`~agents_loopguard.run.effects.Check`, :class:`~agents_loopguard.run.effects.Sleep`) that an adapter
+performs synchronously or on an event loop; the calls in flight, and what a cancellation or a timeout makes of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+from ..values.calls import KINDS, Call, Ticket, Verdict
+from ..values.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
+from ..values.outcome import Reason, Status
+from .declarations import ToolSpec, Unnamed, parse_arguments
+from .durable import recorded, replayed
+from .effects import Answer, Check, DeadlineExceeded, Execute, Sleep
+from .retry import ToolFailure
+from .state import Executed, Flight, RunState, refusal_message
+
+__all__ = ["ToolCalls", "jsonable"]
+
+_AFTER_DONE = "not executed: the application already validated the task as done; give your final answer"
+
+
+class ToolCalls(RunState):
+    """One tool call, from the model's proposal to its settled result (see the module)."""
+
+    def refuse_invalid(self, tool: str, kind: str, detail: str) -> Executed:
+        """Refuse a call that is not a valid call of an offered tool, through the engine's own validation (traced
+        and ended like any invalid proposal; nothing is reserved)."""
+        if (skipped := self._skipped()) is not None:
+            return skipped
+        verdict = self.guard.authorize({"tool": tool, "kind": kind if kind in KINDS else "read", "args": None})
+        assert isinstance(verdict, Verdict), "a call without arguments is never authorized"
+        if verdict.reason is Reason.INVALID_CALL:
+            verdict = dataclasses.replace(verdict, detail=detail)
+        return self._refused(verdict)
+
+    def _refused(self, verdict: Verdict) -> Executed:
+        return Executed(message=self.report(verdict), verdict=verdict)
+
+    def propose(
+        self,
+        spec: ToolSpec,
+        tool: str,
+        arguments: str | Mapping[str, Any] | None,
+        call_id: str | None = None,
+        *,
+        check: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> Call | Executed:
+        """The engine's view of a proposed call: the arguments parsed (a JSON object, which ``check`` may refuse
+        further) and a write's operation id derived from them. Returns what the model reads instead when the
+        call cannot be made, or when the run already ended or the task is validated done (nothing is parsed then)."""
+        args = self.parse(spec, tool, arguments)
+        if isinstance(args, Executed):
+            return args
+        problem = check(args) if check is not None else None
+        if problem is not None:
+            return self.refuse_invalid(tool, spec.kind, problem)
+        limit = spec.max_executions
+        named = spec.operation_of(args)
+        if named is None:
+            return Call(tool, args, spec.kind, None, call_id, limit)
+        if isinstance(named, Unnamed):
+            return self._no_operation(Call(tool, args, "write", None, call_id, limit), named.why)
+        return Call(tool, args, "write", named, call_id, limit)
+
+    def parse(self, spec: ToolSpec, tool: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | Executed:
+        """The model's arguments as a dict, or the refusal the model reads (``invalid_call``); nothing is parsed
+        once the run ended or the task is validated done."""
+        if (skipped := self._skipped()) is not None:
+            return skipped
+        args = parse_arguments(tool, arguments)
+        return self.refuse_invalid(tool, spec.kind, args) if isinstance(args, str) else args
+
+    def _no_operation(self, call: Call, why: str) -> Executed:
+        verdict = self.guard.authorize(call)
+        assert isinstance(verdict, Verdict), "a write without an operation id is never authorized"
+        if verdict.reason is Reason.MISSING_OPERATION_ID:
+            detail = f"{call.tool}: operation_id(args) could not name the operation: {why}"
+            verdict = dataclasses.replace(verdict, detail=str(self.guard.storable(detail)))
+        return self._refused(verdict)
+
+    def _skipped(self) -> Executed | None:
+        """A call proposed after the run's end, or after the task was validated done, is never executed."""
+        if self.verdict is not None:
+            message = f"not executed: the run ended before this call ({self.verdict.reason})"
+            return Executed(message=message, verdict=self.verdict)
+        if self.done is not None:
+            if self.guard.used.models > self._done_turn:  # asked for an answer after done, it called a tool again
+                self.stop(self.done)
+            return Executed(message=_AFTER_DONE, verdict=self.done)
+        return None
+
+    def execute(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
+        """``authorize -> Execute -> Check -> settle`` for one call, with the tool's bounded retries; a generator of
+        effects for :func:`drive` / :func:`adrive`. A refused call never executes; a committed write returns its
+        stored output without executing. Inside a durable engine's workflow (``RunOptions.durable``), an execution
+        the engine's replay runs again returns what the model read the first time, reserving nothing (R17)."""
+        durable = self.options.durable
+        key = durable.tool_step(call.call_id) if durable is not None else None
+        if key is None:
+            return (yield from self._execute(spec, call))
+        step = self.guard.begin_step(key)
+        if step.done:
+            return self._replayed(step.output)
+        before, executed = self.done, (yield from self._execute(spec, call))
+        if executed.error is None:  # a body's exception is the framework's to report: run again on a replay
+            ended, proved = self.verdict is executed.verdict, self.done if self.done is not before else None
+            self.guard.end_step(key, recorded(executed.output, executed.message, executed.verdict, ended, proved))
+        return executed
+
+    def _replayed(self, record: Any) -> Executed:
+        """A recorded execution, replayed: what the model read, and the run's state as the execution left it."""
+        output, message, verdict, ended, done = replayed(record)
+        if done is not None and self.done is None:
+            self.done, self._done_turn = done, self.guard.used.models
+        if verdict is not None and ended:
+            self.stop(verdict)
+        elif verdict is not None and verdict.status is not Status.COMPLETED and verdict not in self.told:
+            self.told.append(verdict)
+        return Executed(output=output, message=message, verdict=verdict)
+
+    def _execute(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
+        if (skipped := self._skipped()) is not None:
+            return skipped
+        ticket = self.guard.authorize(call)
+        attempt = 1
+        while True:
+            if isinstance(ticket, Verdict):
+                return self._refused(ticket)
+            outcome = yield from self._attempt(spec, ticket, attempt)
+            if isinstance(outcome, Executed):
+                return outcome
+            failure = outcome
+            if attempt > spec.retry.max_retries:
+                note = f"{self.guard.storable(str(failure))} ({attempt} attempts; verified to have had no effect)"
+                return Executed(message=f"error: {note}")
+            stop = self.wait_verdict(delay := spec.retry.delay(attempt - 1) or 0.0)
+            if stop is not None:
+                return self._refused(stop)
+            if delay > 0:
+                yield Sleep(delay)
+            attempt += 1
+            ticket = self.guard.authorize(call, retry_of=ticket)
+
+    def _attempt(self, spec: ToolSpec, ticket: Ticket, attempt: int) -> Generator[Any, Answer, Executed | ToolFailure]:
+        """One authorized attempt: its result, or the transient failure (verified without effect) to retry."""
+        failure: ToolFailure | None = None
+        if ticket.replay:  # a committed write: its stored result, never a second execution
+            output = _output_of(ticket.result)
+            evidence = yield from self._evidence(spec, ticket, output)
+        else:
+            key = next(self._keys)
+            flight = self.flights[key] = Flight(ticket, self.label(ticket.call))
+            try:
+                answer = yield Execute(ticket.call, attempt, self.remaining())
+                if isinstance(answer.error, DeadlineExceeded):
+                    return self._failed(ticket, answer.error, reason=Reason.DEADLINE)
+                if answer.error is not None:
+                    kind = spec.retry.classify(answer.error)
+                    if kind is None:
+                        return self._failed(ticket, answer.error)
+                    failure = ToolFailure(answer.error, kind, attempt)
+                output = failure if failure is not None else answer.value
+                evidence = yield from self._evidence(spec, ticket, output, failed=failure is not None)
+            except BaseException:
+                self.interrupted.append(flight)  # executed, not verified: still in flight
+                raise
+            finally:
+                self.flights.pop(key, None)
+        verdict = self.guard.settle(ticket, self._result(output, failure), evidence=evidence)
+        if verdict is not None:
+            if failure is not None and failure.kind == "permission" and verdict.reason is Reason.APPROVAL:
+                detail = f"{ticket.call.tool}: {self.guard.storable(str(failure))}: a permission error is never retried"
+                verdict = dataclasses.replace(verdict, reason=Reason.PERMISSION, detail=detail)
+            return self._settled(verdict, output, ran=failure is None)
+        if failure is None:
+            self.ran.add(ticket.call.tool)
+            return Executed(output=output)
+        return failure
+
+    def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
+        failed = self.guard.fail(ticket, error, reason=reason)
+        self.failures[id(error)] = (error, failed)
+        return Executed(message=self.report(failed), error=error, verdict=failed)
+
+    def _settled(self, verdict: Verdict, output: Any, *, ran: bool) -> Executed:
+        if verdict.status is Status.COMPLETED:
+            if self.done is None:
+                self.done = verdict
+                self._done_turn = self.guard.used.models
+            return Executed(output=output)
+        self.stop(verdict)  # progress rules and unknown effects end the run in every mode
+        return Executed(output=output) if ran else Executed(message=refusal_message(verdict), verdict=verdict)
+
+    def _result(self, output: Any, failure: ToolFailure | None) -> dict[str, Any]:
+        if failure is None:
+            return {"status": "ok", "output": jsonable(output)}
+        status = "retryable" if failure.kind == "transient" else "needs_human"
+        return {"status": status, "error": self.guard.storable(str(failure))}
+
+    def _evidence(
+        self, spec: ToolSpec, ticket: Ticket, output: Any, *, failed: bool = False
+    ) -> Generator[Any, Answer, Any]:
+        """The evidence of one attempt: the application's verify (a :class:`Check` effect), or, without one (or
+        for a failed read), evidence that proves no progress."""
+        if failed and spec.kind != "write":  # a failed read changed nothing, verified by the failure itself
+            return Evidence(revision=ticket.revision, done=False, effect=Effect.NONE)
+        if spec.verify is None:
+            return UNVERIFIED
+        answer = yield Check(spec.verify, (dict(ticket.call.args), output))
+        return VerifyFailed(answer.error) if answer.error is not None else answer.value
+
+    def drain_interrupted(self, reason: Reason = Reason.TOOL_TIMEOUT) -> None:
+        """Executions cancelled while the run went on were tool timeouts: the engine decides what they mean."""
+        while self.interrupted:
+            flight = self.interrupted.pop(0)
+            self.report(self.guard.fail(flight.ticket, TimeoutError("the tool timed out"), reason=reason))
+
+    def timed_out(self, tool: str, error: BaseException) -> Verdict:
+        """The framework reported a tool timeout as an error: the interrupted call of ``tool`` fails with it."""
+        flight = next((f for f in self.interrupted if f.ticket.call.tool == tool), None)
+        if flight is None:
+            return Verdict(Status.STOPPED, Reason.TOOL_TIMEOUT, f"{type(error).__name__}: {error}")
+        self.interrupted.remove(flight)
+        return self.guard.fail(flight.ticket, error, reason=Reason.TOOL_TIMEOUT)
+
+
+def jsonable(value: Any) -> Any:
+    """A tool output in a form the ledger can store (pydantic models and dataclasses become dicts)."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def _output_of(result: Any) -> Any:
+    """The tool output inside an engine result ``{"status": ..., "output": ...}``."""
+    if isinstance(result, Mapping) and set(result) == {"status", "output"}:
+        return result["output"]
+    return result
