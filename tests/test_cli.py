@@ -386,7 +386,7 @@ def test_messages_fit_the_state(sql_url: str) -> None:
 
 
 def test_version_and_python_dash_m(tmp_path: Path) -> None:
-    from agents_loopguard.cli import _package_version
+    from agents_loopguard.cli.base import package_version as _package_version
 
     url = f"sqlite:///{tmp_path / 'lg.db'}"
     _finished_tasks(url)
