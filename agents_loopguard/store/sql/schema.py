@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ...values.errors import NotFoundError, StoreError
 from .tables import METADATA, meta
+from .tallies import create_triggers
 
 __all__ = [
     "HEAD_REVISION",
@@ -37,7 +38,7 @@ __all__ = [
     "survey",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version of the tables in :mod:`.tables`; a database that carries another one is refused with a message."""
 MIGRATE_COMMAND = "loopguard migrate"
 """The command that brings a store of an older version to :data:`SCHEMA_VERSION`."""
@@ -120,6 +121,7 @@ def create_schema(conn: Connection, *, name: str, where: str, begin_exclusive: C
         if found.version is None:
             refuse_unless_empty(found, name=name, where=where, create=True)
             METADATA.create_all(conn, checkfirst=True)
+            create_triggers(conn)
             insert = pg.insert if postgres else lite.insert
             version = insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
             conn.execute(version.on_conflict_do_nothing(index_elements=["key"]))
