@@ -63,7 +63,8 @@ def _families() -> None:
         op.execute("-- families: derived from each task id in Python while migrating (task_family)")
         return
     conn = op.get_bind()
-    flows = dict(conn.exec_driver_sql("SELECT activation_id, flow FROM loopguard_activations").fetchall())
+    rows = conn.exec_driver_sql("SELECT activation_id, flow FROM loopguard_activations").fetchall()
+    flows: dict[str, str] = {str(a): str(f) for a, f in rows}
     update = sa.text("UPDATE loopguard_tasks SET family = :family WHERE task_id = :task_id")
     batch: list[dict[str, str]] = []
     for (task_id,) in conn.exec_driver_sql("SELECT task_id FROM loopguard_tasks").fetchall():
