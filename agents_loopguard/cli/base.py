@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ __all__ = [
     "json_flag",
     "listed_by",
     "main",
+    "next_page",
     "operator_name",
     "package_version",
     "state",
@@ -55,6 +57,8 @@ class State:
     url: str | None = None
     json: bool = False
     store: Any = None
+    args: tuple[str, ...] = ()
+    """The command line as given (for the hint that shows the next page's command)."""
 
 
 state = State()
@@ -164,6 +168,21 @@ def emit(data: Any, human: Callable[[], None]) -> None:
         human()
 
 
+def next_page(cursor: str | None) -> None:
+    """Under a page of a list, the command that shows the page after it (nothing on the last page)."""
+    if cursor is None:
+        return
+    args, skip = [], False
+    for arg in state.args:
+        if skip:
+            skip = False
+        elif arg == "--cursor":
+            skip = True
+        elif not arg.startswith("--cursor="):
+            args.append(shlex.quote(arg))
+    typer.echo(f"next page: {command_name()} {' '.join([*args, '--cursor', cursor])}")
+
+
 def operator_name() -> str:
     """Who acts when no ``--who`` is given: the user's login name."""
     try:
@@ -225,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     options = args[: args.index("--")] if "--" in args else args
     state.json = "--json" in options  # so that an error before the command parses is JSON too
+    state.args = tuple(args)
     try:
         code = _run(args)
     finally:

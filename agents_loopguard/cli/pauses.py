@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from .. import views
-from ..ops import operator
-from .base import JsonFlag, app, emit, json_flag, listed_by, store
+from ..ops import operator, pages
+from .base import JsonFlag, app, emit, json_flag, listed_by, next_page, store
 
 
 @app.command("pause")
@@ -35,14 +35,23 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
 
 
 @app.command("pauses")
-def list_pauses(as_json: JsonFlag = False) -> None:
-    """List the pauses waiting for a decision, with what their task has left."""
+def list_pauses(
+    status: Annotated[
+        str, typer.Option(help="Pauses in this state: pending (waiting for a decision), decided, resumed.")
+    ] = "pending",
+    task: Annotated[str | None, typer.Option(help="Only the pauses of this task.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=pages.MAX_PAGE, help="Rows on the page.")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="The page after the one whose `next` this is.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the pauses waiting for a decision (oldest first, a page at a time), with what their task has left."""
     json_flag(as_json)
-    waiting = operator.pending_pauses(store(reading=True))
+    page = pages.pause_page(store(reading=True), status=status, task_id=task, cursor=cursor, limit=limit)
+    waiting = page["pauses"]
 
     def human() -> None:
         if not waiting:
-            typer.echo("no pause waits for a decision")
+            typer.echo("no pause waits for a decision" if status == "pending" else f"no {status} pause")
             return
         views.table(
             None,
@@ -62,8 +71,9 @@ def list_pauses(as_json: JsonFlag = False) -> None:
             free=("pause", "task", "calls"),
         )
         views.committed_notes(waiting)
+        next_page(page["next"])
 
-    emit(waiting, human)
+    emit(page, human)
 
 
 def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[str], verb: str | None) -> None:

@@ -98,7 +98,9 @@ def _guard_of(options: RunOptions) -> Guard:
     ``policy=``, ``secrets=``, ``prices=``). There is no unlimited default, and the two ways do not mix. Without
     ``store=`` the task lives in the default persistent store, the one ``loopguard`` reads."""
     if options.guard is not None:
-        mixed = [name for name in ("budget", "store", "task_id", "policy") if getattr(options, name) is not None]
+        mixed = [
+            name for name in ("budget", "store", "task_id", "policy", "family") if getattr(options, name) is not None
+        ]
         if mixed or options.secrets:
             listed = ", ".join(f"{name}=" for name in mixed or ["secrets"])
             raise ValueError(f"pass either guard= or budget= (with store=, task_id=, policy=), not both ({listed})")
@@ -117,6 +119,7 @@ def _guard_of(options: RunOptions) -> Guard:
         policy=options.policy,
         secrets=options.secrets,
         prices=options.prices,
+        family=options.family,
     )
 
 

@@ -6,7 +6,7 @@ python-multipart, prometheus-client). Everything an operator sees or does goes t
 same things; ``GET /metrics`` reads the store for Prometheus (:mod:`agents_loopguard.server.metrics`); trigger
 activations for
 workflows that are not Python go through :class:`~agents_loopguard.ops.triggers.TriggerGuard`
-(:mod:`agents_loopguard.server.workflows`). See ``docs/server.md``.
+(:mod:`agents_loopguard.ops.workflows`). See ``docs/server.md``.
 
 >>> from agents_loopguard import MemoryStore
 >>> from agents_loopguard.server import ServerConfig, Tokens, create_app
