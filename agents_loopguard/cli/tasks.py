@@ -26,10 +26,13 @@ Before = Annotated[str | None, typer.Option(help="Only those updated before this
 
 def _task_cells(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     costs = any(r["limits"]["cost"] is not None for r in rows)
-    headers = ["task", "status", "reason", "family", "turns", "tools", *(["cost"] if costs else []), "revision"]
+    families = len({r["family"] for r in rows}) > 1  # a column only when it tells the rows apart
+    headers = ["task", "status", "reason", *(["family"] if families else []), "turns", "tools"]
+    headers += [*(["cost"] if costs else []), "revision"]
     cells = [
         [
-            *(r["task_id"], r["status"], r["reason"], r["family"], views.of(r, "models"), views.of(r, "tools")),
+            *(r["task_id"], r["status"], r["reason"], *([r["family"]] if families else [])),
+            *(views.of(r, "models"), views.of(r, "tools")),
             *([views.of(r, "cost")] if costs else []),
             *(r["revision"], r["stop_mark"], r["updated_at"]),
         ]

@@ -54,6 +54,8 @@ def measures(store: Store, *, now: float | None = None, max_families: int = MAX_
     weights: Counter[str] = Counter()
     for group in tallies.tasks:
         weights[group.family] += group.tasks
+    for family, _, _ in tallies.refusals:  # a family whose tasks were pruned keeps its refusal counter's label
+        weights[family] += 0
     kept = _families(weights, max_families)
     tasks: dict[tuple[str, str, str], list[int]] = {}
     for group in tallies.tasks:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from agents_loopguard.store.sql.tallies import SHARDS, trigger_statements
+from agents_loopguard.store.sql.tallies import fill_statements, trigger_statements
 from agents_loopguard.values.families import named_family, task_family
 
 revision = "0007"
@@ -106,20 +106,8 @@ def _tables() -> None:
 
 
 def _fill_tallies(postgres: bool) -> None:
-    shard = f"(hashtext({{0}}task_id) & {SHARDS - 1})" if postgres else "0"
-    by = f", {shard}" if postgres else ""  # (SQLite reads a number in GROUP BY as a column's position)
-    op.execute(
-        "INSERT INTO loopguard_tallies (family, status, reason, shard, tasks, models, model_turns, tools, "
-        f"tool_executions) SELECT family, status, COALESCE(reason, ''), {shard.format('')}, count(*), sum(models), "
-        "sum(model_turns), sum(tools), sum(tool_executions) FROM loopguard_tasks WHERE status <> 'running' "
-        f"GROUP BY family, status, COALESCE(reason, ''){by.format('')}"
-    )
-    op.execute(
-        "INSERT INTO loopguard_refusals (family, reason, shard, count) SELECT COALESCE(t.family, 'other'), "
-        f"substr(r.result_class, 9), {shard.format('r.')}, count(*) FROM loopguard_trace r LEFT JOIN loopguard_tasks t "
-        "ON t.task_id = r.task_id WHERE substr(r.result_class, 1, 8) = 'refused:' "
-        f"GROUP BY COALESCE(t.family, 'other'), substr(r.result_class, 9){by.format('r.')}"
-    )
+    for statement in fill_statements("postgresql" if postgres else "sqlite"):
+        op.execute(statement)
 
 
 def upgrade() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-__all__ = ["SHARDS", "create_triggers", "trigger_statements"]
+__all__ = ["SHARDS", "create_triggers", "drop_triggers", "fill_statements", "trigger_statements"]
 
 SHARDS = 8
 """PostgreSQL: the rows one tally group is spread over (a power of two)."""
@@ -91,3 +91,36 @@ def create_triggers(conn: Connection) -> None:
     """Create the triggers in the store's database (its tables exist)."""
     for statement in trigger_statements(conn.dialect.name):
         conn.exec_driver_sql(statement)
+
+
+def fill_statements(dialect: str) -> tuple[str, str]:
+    """The statements that fill empty ``loopguard_tallies`` and ``loopguard_refusals`` from the tasks and the trace a
+    database holds (migration 0007, and a bulk load that ran without the triggers)."""
+    postgres = dialect == "postgresql"
+    shard = f"(hashtext({{0}}task_id) & {SHARDS - 1})" if postgres else "0"
+    by = f", {shard}" if postgres else ""  # (SQLite reads a number in GROUP BY as a column's position)
+    tallies = (
+        "INSERT INTO loopguard_tallies (family, status, reason, shard, tasks, models, model_turns, tools, "
+        f"tool_executions) SELECT family, status, COALESCE(reason, ''), {shard.format('')}, count(*), sum(models), "
+        "sum(model_turns), sum(tools), sum(tool_executions) FROM loopguard_tasks WHERE status <> 'running' "
+        f"GROUP BY family, status, COALESCE(reason, ''){by.format('')}"
+    )
+    refusals = (
+        "INSERT INTO loopguard_refusals (family, reason, shard, count) SELECT COALESCE(t.family, 'other'), "
+        f"substr(r.result_class, 9), {shard.format('r.')}, count(*) FROM loopguard_trace r LEFT JOIN loopguard_tasks t "
+        "ON t.task_id = r.task_id WHERE substr(r.result_class, 1, 8) = 'refused:' "
+        f"GROUP BY COALESCE(t.family, 'other'), substr(r.result_class, 9){by.format('r.')}"
+    )
+    return tallies, refusals
+
+
+def drop_triggers(conn: Connection) -> None:
+    """Drop the triggers (a bulk load drops them, loads, fills the tallies and creates them again)."""
+    postgres = conn.dialect.name == "postgresql"
+    for name, table in (
+        ("loopguard_tasks_tally_insert", "loopguard_tasks"),
+        ("loopguard_tasks_tally_update", "loopguard_tasks"),
+        ("loopguard_tasks_tally_delete", "loopguard_tasks"),
+        ("loopguard_trace_refusal", "loopguard_trace"),
+    ):
+        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}" + (f" ON {table}" if postgres else ""))

@@ -1,0 +1,165 @@
+"""A store of many generated tasks, loaded in bulk through the store's own tables (for the scale tests and
+``benchmarks/bench_scale.py``): minutes for a million tasks, not the hours the guard's own steps would take.
+
+The tasks look like a team's months of work: most ended (completed; some stopped on ``same_call`` with the refusal
+in their trace), a few still running, some waiting on a write whose effect is unknown; ids of three families
+(``ticket-N``, ``order-N`` and uuids). The triggers that keep the metrics' tallies are dropped during the load and
+the tallies filled from the loaded rows afterwards, as migration 0007 fills them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from agents_loopguard.store.sql import SQLStore
+from agents_loopguard.store.sql.tables import ops, reps, tasks, trace
+from agents_loopguard.store.sql.tallies import create_triggers, drop_triggers, fill_statements
+
+DAY = 86_400.0
+CHUNK = 5_000
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What task ``i`` of a generated store is."""
+
+    task_id: str
+    family: str
+    status: str
+    reason: str | None
+
+
+def shape(i: int) -> Shape:
+    """Task ``i``: 60% ``ticket-i``, 30% uuid ids, 10% ``order-i``; 2% running, 2% waiting on an unknown write,
+    5% stopped on ``same_call``, the rest completed."""
+    kind = i % 10
+    if kind < 6:
+        task_id, family = f"ticket-{i}", "ticket"
+    elif kind < 9:
+        task_id, family = str(uuid.UUID(int=i + 1)), "id"
+    else:
+        task_id, family = f"order-{i}", "order"
+    if i % 50 == 0:
+        return Shape(task_id, family, "running", None)
+    if i % 50 == 1:
+        return Shape(task_id, family, "needs_reconciliation", "executor_exception")
+    if i % 20 == 2:
+        return Shape(task_id, family, "stopped", "same_call")
+    return Shape(task_id, family, "completed", "validated_done")
+
+
+def _rows(first: int, last: int, *, calls: int, start: float, step: float) -> Iterator[dict[str, list[Any]]]:
+    task_rows: list[Any] = []
+    trace_rows: list[Any] = []
+    op_rows: list[Any] = []
+    rep_rows: list[Any] = []
+    for i in range(first, last):
+        s = shape(i)
+        created = start + i * step
+        updated = created + 60.0
+        models, tools = (calls + 1) // 2, calls // 2
+        outcome = None
+        if s.reason is not None:
+            outcome = json.dumps({"task_id": s.task_id, "status": s.status, "reason": s.reason}, separators=(",", ":"))
+        task_rows.append(
+            {
+                **dict.fromkeys(("deadline", "cost_limit", "stop_reason"), None),
+                **dict.fromkeys(("input_token_limit", "output_token_limit", "total_token_limit"), None),
+                "task_id": s.task_id,
+                "model_turns": models + 2,
+                "tool_executions": tools + 2,
+                "models": models,
+                "tools": tools,
+                "cost": 0.0,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "revision": tools,
+                "stalled": 0,
+                "status": s.status,
+                "outcome": outcome,
+                "trace_seq": calls,
+                "created_at": created,
+                "updated_at": updated,
+                "family": s.family,
+                "reason": s.reason,
+            }
+        )
+        for seq in range(1, calls + 1):
+            tool = seq % 2 == 0
+            refused = s.reason == "same_call" and seq == calls
+            trace_rows.append(
+                {
+                    "task_id": s.task_id,
+                    "seq": seq,
+                    "kind": "tool" if tool else "model",
+                    "tool": "search" if tool else None,
+                    "args": '{"q":"refund policy"}' if tool else None,
+                    "result_class": "refused:same_call" if refused else ("ok" if tool else "reserved"),
+                    "revision": seq // 2,
+                    "models": (seq + 1) // 2,
+                    "tools": seq // 2,
+                    "fingerprint": f"fp-{i}-{seq}" if tool else None,
+                    "operation_id": None,
+                    "operation_state": None,
+                    "at": created + seq,
+                }
+            )
+        if tools:
+            rep_rows.append(
+                {"task_id": s.task_id, "fingerprint": f"fp-{i}-2", "revision": 1, "count": 1, "first_at": created}
+            )
+        if s.status == "needs_reconciliation" or i % 5 == 3:
+            state = "unknown" if s.status == "needs_reconciliation" else "committed"
+            op_rows.append(
+                {
+                    "operation_id": f"op-{i}",
+                    "task_id": s.task_id,
+                    "tool": "pay",
+                    "payload": f"fp-op-{i}",
+                    "state": state,
+                    "result": '{"receipt":"r"}' if state == "committed" else None,
+                    "attempts": 1,
+                    "created_at": created + 2,
+                    "updated_at": updated,
+                }
+            )
+    yield {"tasks": task_rows, "trace": trace_rows, "ops": op_rows, "reps": rep_rows}
+
+
+def fill(
+    url: str, count: int, *, calls: int = 10, start: float | None = None, days: float = 90.0, first: int = 0
+) -> dict[str, Any]:
+    """Load ``count`` generated tasks (numbered from ``first``) of ``calls`` trace rows each into the store at
+    ``url`` (created if empty), created evenly over the ``days`` before ``start`` (now); returns what it loaded."""
+    began = time.perf_counter()
+    store = SQLStore(url)
+    store.task("-")  # opens (and creates) the store's tables
+    engine = store.engine
+    start = (time.time() - days * DAY) if start is None else start
+    step = days * DAY / max(1, count)
+    with engine.begin() as conn:
+        drop_triggers(conn)
+        for low in range(first, first + count, CHUNK):
+            for batch in _rows(low, min(low + CHUNK, first + count), calls=calls, start=start, step=step):
+                conn.execute(tasks.insert(), batch["tasks"])
+                conn.execute(trace.insert(), batch["trace"])
+                if batch["ops"]:
+                    conn.execute(ops.insert(), batch["ops"])
+                if batch["reps"]:
+                    conn.execute(reps.insert(), batch["reps"])
+        conn.execute(sa.text("DELETE FROM loopguard_tallies"))
+        conn.execute(sa.text("DELETE FROM loopguard_refusals"))
+        for statement in fill_statements(conn.dialect.name):
+            conn.exec_driver_sql(statement)
+        create_triggers(conn)
+        if conn.dialect.name == "postgresql":  # as autovacuum would (a SQLite store is read without statistics)
+            conn.exec_driver_sql("ANALYZE")
+    store.close()
+    return {"tasks": count, "calls": calls, "seconds": time.perf_counter() - began, "start": start, "step": step}
