@@ -139,12 +139,14 @@ def fill(
     """Load ``count`` generated tasks (numbered from ``first``) of ``calls`` trace rows each into the store at
     ``url`` (created if empty), created evenly over the ``days`` before ``start`` (now); returns what it loaded."""
     began = time.perf_counter()
-    store = SQLStore(url)
-    store.task("-")  # opens (and creates) the store's tables
-    engine = store.engine
+    with SQLStore(url) as store:
+        store.task("-")  # opens (and creates) the store's tables
+    engine = sa.create_engine(url)  # transactions of its own (the store's engine runs each statement on its own)
     start = (time.time() - days * DAY) if start is None else start
     step = days * DAY / max(1, count)
     with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("PRAGMA cache_size = -262144")  # 256 MB: the load's pages stay in memory
         drop_triggers(conn)
         for low in range(first, first + count, CHUNK):
             for batch in _rows(low, min(low + CHUNK, first + count), calls=calls, start=start, step=step):
@@ -161,5 +163,5 @@ def fill(
         create_triggers(conn)
         if conn.dialect.name == "postgresql":  # as autovacuum would (a SQLite store is read without statistics)
             conn.exec_driver_sql("ANALYZE")
-    store.close()
+    engine.dispose()
     return {"tasks": count, "calls": calls, "seconds": time.perf_counter() - began, "start": start, "step": step}
