@@ -90,6 +90,7 @@ FLOORS = {
     "run": 3,
     "ops": 4,
     **dict.fromkeys(ADAPTERS, 5),
+    "otel": 5,
     **dict.fromkeys(("server", "cli", "views", "demo", "__main__", ""), 6),
 }
 """Each floor of the house, by the package's first-level name ("" is the root package, which re-exports)."""
