@@ -133,6 +133,23 @@ def _rows(first: int, last: int, *, calls: int, start: float, step: float) -> It
     yield {"tasks": task_rows, "trace": trace_rows, "ops": op_rows, "reps": rep_rows}
 
 
+def _insert(conn: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """Rows into ``table`` by the driver's fastest path: PostgreSQL's COPY, SQLite's executemany."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    raw = conn.connection.dbapi_connection
+    if conn.dialect.name == "postgresql":
+        with raw.cursor() as cur, cur.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([row[c] for c in columns])
+        return
+    marks = ", ".join("?" for _ in columns)
+    raw.executemany(
+        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES ({marks})", [[r[c] for c in columns] for r in rows]
+    )
+
+
 def fill(
     url: str, count: int, *, calls: int = 10, start: float | None = None, days: float = 90.0, first: int = 0
 ) -> dict[str, Any]:
@@ -150,18 +167,17 @@ def fill(
         drop_triggers(conn)
         for low in range(first, first + count, CHUNK):
             for batch in _rows(low, min(low + CHUNK, first + count), calls=calls, start=start, step=step):
-                conn.execute(tasks.insert(), batch["tasks"])
-                conn.execute(trace.insert(), batch["trace"])
-                if batch["ops"]:
-                    conn.execute(ops.insert(), batch["ops"])
-                if batch["reps"]:
-                    conn.execute(reps.insert(), batch["reps"])
+                _insert(conn, tasks, batch["tasks"])
+                _insert(conn, trace, batch["trace"])
+                _insert(conn, ops, batch["ops"])
+                _insert(conn, reps, batch["reps"])
         conn.execute(sa.text("DELETE FROM loopguard_tallies"))
         conn.execute(sa.text("DELETE FROM loopguard_refusals"))
         for statement in fill_statements(conn.dialect.name):
             conn.exec_driver_sql(statement)
         create_triggers(conn)
-        if conn.dialect.name == "postgresql":  # as autovacuum would (a SQLite store is read without statistics)
-            conn.exec_driver_sql("ANALYZE")
+    if engine.dialect.name == "postgresql":  # as autovacuum would (a SQLite store is read without statistics)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE")
     engine.dispose()
     return {"tasks": count, "calls": calls, "seconds": time.perf_counter() - began, "start": start, "step": step}

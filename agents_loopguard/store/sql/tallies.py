@@ -4,9 +4,10 @@
 ends (its status leaves ``running``) adds itself, one that reopens or is pruned takes itself out. Running tasks are
 not tallied (their counters move at every turn): the metrics read them through the status index.
 ``loopguard_refusals`` counts the calls refused before they ran, by family and rule, as each refusal's trace row is
-written (a prune of the trace leaves the count). On PostgreSQL a group is spread over :data:`SHARDS` rows by the
-task id's hash, so workers that end tasks at the same moment rarely wait on one row; SQLite has one writer at a time
-and one row per group.
+written (a prune of the trace leaves the count). On PostgreSQL the trigger functions keep the ``search_path`` they
+were created with (the store's schema), so a session on another ``search_path`` that changes the tables still finds
+them, and a group is spread over :data:`SHARDS` rows by the task id's hash, so workers that end tasks at the same
+moment rarely wait on one row; SQLite has one writer at a time and one row per group.
 
 The same statements are created with the tables (a new store) and by migration 0007 (an older store).
 """
@@ -61,7 +62,8 @@ def _pg_tally(row: str, sign: str) -> str:
 
 
 POSTGRES = (
-    "CREATE OR REPLACE FUNCTION loopguard_tally() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "CREATE OR REPLACE FUNCTION loopguard_tally() RETURNS trigger LANGUAGE plpgsql "
+    "SET search_path FROM CURRENT AS $$ BEGIN "
     f"IF TG_OP <> 'INSERT' AND OLD.status <> 'running' THEN {_pg_tally('OLD', '-')} END IF; "
     f"IF TG_OP <> 'DELETE' AND NEW.status <> 'running' THEN {_pg_tally('NEW', '')} END IF; "
     "RETURN NULL; END $$",
@@ -72,7 +74,8 @@ POSTGRES = (
     "EXECUTE FUNCTION loopguard_tally()",
     "CREATE TRIGGER loopguard_tasks_tally_delete AFTER DELETE ON loopguard_tasks FOR EACH ROW "
     "WHEN (OLD.status <> 'running') EXECUTE FUNCTION loopguard_tally()",
-    "CREATE OR REPLACE FUNCTION loopguard_refusal() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "CREATE OR REPLACE FUNCTION loopguard_refusal() RETURNS trigger LANGUAGE plpgsql "
+    "SET search_path FROM CURRENT AS $$ BEGIN "
     "INSERT INTO loopguard_refusals AS r (family, reason, shard, count) VALUES (COALESCE((SELECT family FROM "
     "loopguard_tasks WHERE task_id = NEW.task_id), 'other'), substr(NEW.result_class, 9), "
     f"hashtext(NEW.task_id) & {SHARDS - 1}, 1) ON CONFLICT (family, reason, shard) DO UPDATE SET count = r.count + 1; "
