@@ -154,9 +154,8 @@ def run(backend: str, sizes: list[int], calls: int, folder: Path, postgres: str 
             goal = GOALS[key]
             verdict = "ok" if figures[key] <= goal else "OVER"
             ratio = figures[key] / base[key]
-            print(
-                f"   {key:<10} {figures[key] * 1e3:8.2f} ms  x{ratio:4.2f} of 10^4   goal <= {goal * 1e3:.0f} ms: {verdict}"
-            )
+            shown = f"{figures[key] * 1e3:8.2f} ms  x{ratio:4.2f} of 10^4"
+            print(f"   {key:<10} {shown}   goal <= {goal * 1e3:.0f} ms: {verdict}")
         turn = figures["turn"]
         print(
             f"   turn       {turn * 1e3:8.2f} ms  x{turn / base['turn']:4.2f} of 10^4   x{turn / empty:4.2f} of the "
