@@ -73,8 +73,8 @@ def size_of(store: SQLStore) -> int:
         return int(pages_) * int(page)  # type: ignore[operator]
     with store.engine.connect() as conn:
         found = conn.exec_driver_sql(
-            "SELECT sum(pg_total_relation_size(format('%I.%I', table_schema, table_name))) FROM "
-            "information_schema.tables WHERE table_schema = current_schema() AND table_name LIKE 'loopguard%%'"
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND left(c.relname, 10) = 'loopguard_'"
         ).scalar()
     return int(found or 0)
 
