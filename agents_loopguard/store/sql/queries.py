@@ -10,7 +10,6 @@ transaction of its own, whose deletes re-check what made a task prunable, so a t
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -210,17 +209,9 @@ class SQLQueries(Queries):
                 .order_by(ty.c.family, ty.c.status, ty.c.reason)
             ),
         )
-        running = self._compiled(
+        running = self._compiled(  # summed here: a GROUP BY could lead a planner to the family index, a full scan
             ("running",),
-            lambda: (
-                sa.select(
-                    t.c.family,
-                    sa.func.count().label("tasks"),
-                    *(sa.func.sum(t.c[s]).label(s) for s in sums[1:]),
-                )
-                .where(t.c.status == "running")
-                .group_by(t.c.family)
-            ),
+            lambda: sa.select(t.c.family, *(t.c[s] for s in sums[1:])).where(t.c.status == "running"),
         )
         refused = self._compiled(
             ("refusals",),
@@ -250,7 +241,7 @@ class SQLQueries(Queries):
                 for r in fetch_all(cur, ended)
                 if int(r["tasks"])
             ]
-            live = [Tally(r["family"], "running", "", *(int(r[s] or 0) for s in sums)) for r in fetch_all(cur, running)]
+            live = _running(fetch_all(cur, running), sums[1:])
             pending, open_ops = fetch_one(cur, waiting), fetch_one(cur, unknown)
             return Tallies(
                 tasks=tuple(sorted([*groups, *live], key=lambda g: (g.family, g.status, g.reason))),
@@ -274,6 +265,17 @@ class SQLQueries(Queries):
             self._db.flush()
             return self._db.read(lambda cur: _count(cur, st, params))
         return self._db.write(lambda cur: _batch(cur, st, params, postgres=self._db.postgres))
+
+
+def _running(rows: list[Any], sums: tuple[str, ...]) -> list[Tally]:
+    """The running tasks' rows (read through the status index) summed by family."""
+    groups: dict[str, list[int]] = {}
+    for row in rows:
+        group = groups.setdefault(row["family"], [0] * (len(sums) + 1))
+        group[0] += 1
+        for i, name in enumerate(sums, start=1):
+            group[i] += int(row[name])
+    return [Tally(family, "running", "", *values) for family, values in groups.items()]
 
 
 # --- the prune's statements ------------------------------------------------------------------------------------------
@@ -305,7 +307,7 @@ DEPENDENTS = {
 
 def _prune_statements(owner: SQLQueries, postgres: bool) -> dict[str, Compiled]:
     """The prune's statements for the store's dialect (compiled once per store)."""
-    ids = "= ANY(CAST(:ids AS text[]))" if postgres else "IN (SELECT value FROM json_each(:ids))"
+    ids = "= ANY(CAST(:ids AS text[]))" if postgres else "= :ids"  # SQLite: one id a row, on the primary key
     texts = {
         "pick": f"SELECT t.task_id FROM {_T} t WHERE {_PRUNABLE} LIMIT :n",
         "delete_tasks": (
@@ -346,14 +348,20 @@ def _batch(cur: Any, st: dict[str, Compiled], params: dict[str, Any], *, postgre
     picked = [row["task_id"] for row in fetch_all(cur, st["pick"], params)]
     removed: list[str] = []
     counts: dict[str, int] = {}
-    if picked:
-        ids: Any = picked if postgres else json.dumps(picked)
-        removed = [row["task_id"] for row in fetch_all(cur, st["delete_tasks"], {**params, "ids": ids})]
-    if removed:
-        gone: Any = removed if postgres else json.dumps(removed)
-        for kind in DEPENDENTS:
-            cur.execute(st[f"delete_{kind}"].sql, {"ids": gone})
+    if picked and postgres:
+        removed = [row["task_id"] for row in fetch_all(cur, st["delete_tasks"], {**params, "ids": picked})]
+    elif picked:
+        for task_id in picked:
+            removed += [row["task_id"] for row in fetch_all(cur, st["delete_tasks"], {**params, "ids": task_id})]
+    for kind in DEPENDENTS if removed else ():
+        if postgres:
+            cur.execute(st[f"delete_{kind}"].sql, {"ids": removed})
             counts[kind] = max(0, cur.rowcount)
+        else:
+            counts[kind] = 0
+            for task_id in removed:
+                cur.execute(st[f"delete_{kind}"].sql, {"ids": task_id})
+                counts[kind] += max(0, cur.rowcount)
     for kind in ("operations", "activations"):
         cur.execute(st[f"delete_{kind}"].sql, params)
         counts[kind] = max(0, cur.rowcount)
