@@ -3,8 +3,11 @@
 
 Run: ``python benchmarks/bench_scale.py`` (``--sizes 10000,100000`` for a shorter run, ``--backends sqlite``,
 ``--postgres URL``; ``LOOPGUARD_TEST_POSTGRES_URL`` otherwise). Each store is filled by bulk inserts through the
-store's own tables (:mod:`tests.support.bulk`: about 10 trace rows per task, ids of three families, 2% running,
-2% with a write of unknown effect), so a million tasks take minutes, not hours. Figures, each the median of
+store's own tables (:mod:`tests.support.bulk`: about 10 trace rows per task, ids of three families, 5% stopped on
+a loop, the last 5,000 tasks with 2% still running, one in 1,000 waiting on a write of unknown effect: a store whose
+workers are healthy), so a million tasks take minutes, not hours. A scrape reads each running task through the
+status index: tasks left "running" by dead workers that nobody recovered cost it linearly (2,000 of them: about
+10 ms; ``loopguard tasks --status running --updated-before 1d`` finds them). Figures, each the median of
 repeated runs with its ratio to the 10^4 store (flat is the point):
 
 - bytes per task (and per trace row) of the store on disk;
@@ -80,18 +83,18 @@ def size_of(store: SQLStore) -> int:
 
 
 def measure(url: str, count: int, calls: int) -> dict[str, Any]:
-    loaded = fill(url, count, calls=calls)
+    loaded = fill(url, count, calls=calls, healthy=True)
     figures: dict[str, Any] = {"fill seconds": loaded["seconds"]}
     with SQLStore(url) as store:
         figures["bytes per task"] = size_of(store) / count
         figures["bytes per trace row"] = figures["bytes per task"] / calls
         middle = pages.task_page(store, limit=20, status="stopped")
-        half = shape(count // 2)
+        half = shape(count // 2, count - 1 - count // 2)
         figures["list"] = median(lambda: pages.task_page(store, limit=20))
         cursor = pages._cursor((loaded["start"] + (count // 2) * loaded["step"], half.task_id))
         figures["list deep"] = median(lambda: pages.task_page(store, status="stopped", limit=20, cursor=cursor))
         assert middle["tasks"]
-        some = shape(count // 3).task_id
+        some = shape(count // 3, count - 1 - count // 3).task_id
         figures["show"] = median(lambda: operator.task_view(store, some))
         collector = StoreCollector(store)
         figures["scrape"] = median(lambda: exposition(collector))

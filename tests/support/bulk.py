@@ -24,6 +24,8 @@ from agents_loopguard.store.sql.tallies import create_triggers, drop_triggers, f
 
 DAY = 86_400.0
 CHUNK = 5_000
+IN_FLIGHT = 5_000
+"""With ``fill(healthy=True)``, only the last tasks created may still be running."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,11 @@ class Shape:
     reason: str | None
 
 
-def shape(i: int) -> Shape:
+def shape(i: int, recent: int | None = None) -> Shape:
     """Task ``i``: 60% ``ticket-i``, 30% uuid ids, 10% ``order-i``; 2% running, 2% waiting on an unknown write,
-    5% stopped on ``same_call``, the rest completed."""
+    5% stopped on ``same_call``, the rest completed. ``recent``: the number of tasks created after this one, when
+    only the last ones still run (then 2% of the last 5,000 run, and one in 1,000 waits on an unknown write), as in a
+    store whose workers are healthy."""
     kind = i % 10
     if kind < 6:
         task_id, family = f"ticket-{i}", "ticket"
@@ -46,22 +50,25 @@ def shape(i: int) -> Shape:
         task_id, family = str(uuid.UUID(int=i + 1)), "id"
     else:
         task_id, family = f"order-{i}", "order"
-    if i % 50 == 0:
+    live = recent is None or recent < IN_FLIGHT
+    if i % 50 == 0 and live:
         return Shape(task_id, family, "running", None)
-    if i % 50 == 1:
+    if i % (50 if recent is None else 1000) == 1:
         return Shape(task_id, family, "needs_reconciliation", "executor_exception")
     if i % 20 == 2:
         return Shape(task_id, family, "stopped", "same_call")
     return Shape(task_id, family, "completed", "validated_done")
 
 
-def _rows(first: int, last: int, *, calls: int, start: float, step: float) -> Iterator[dict[str, list[Any]]]:
+def _rows(
+    first: int, last: int, *, calls: int, start: float, step: float, end: int | None
+) -> Iterator[dict[str, list[Any]]]:
     task_rows: list[Any] = []
     trace_rows: list[Any] = []
     op_rows: list[Any] = []
     rep_rows: list[Any] = []
     for i in range(first, last):
-        s = shape(i)
+        s = shape(i, None if end is None else end - 1 - i)
         created = start + i * step
         updated = created + 60.0
         models, tools = (calls + 1) // 2, calls // 2
@@ -151,10 +158,18 @@ def _insert(conn: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
 
 
 def fill(
-    url: str, count: int, *, calls: int = 10, start: float | None = None, days: float = 90.0, first: int = 0
+    url: str,
+    count: int,
+    *,
+    calls: int = 10,
+    start: float | None = None,
+    days: float = 90.0,
+    first: int = 0,
+    healthy: bool = False,
 ) -> dict[str, Any]:
     """Load ``count`` generated tasks (numbered from ``first``) of ``calls`` trace rows each into the store at
-    ``url`` (created if empty), created evenly over the ``days`` before ``start`` (now); returns what it loaded."""
+    ``url`` (created if empty), created evenly over the ``days`` before ``start`` (now); returns what it loaded.
+    ``healthy``: only the last tasks run and few writes are unknown (see :func:`shape`); else 2% of every age."""
     began = time.perf_counter()
     with SQLStore(url) as store:
         store.task("-")  # opens (and creates) the store's tables
@@ -166,7 +181,8 @@ def fill(
             conn.exec_driver_sql("PRAGMA cache_size = -262144")  # 256 MB: the load's pages stay in memory
         drop_triggers(conn)
         for low in range(first, first + count, CHUNK):
-            for batch in _rows(low, min(low + CHUNK, first + count), calls=calls, start=start, step=step):
+            end = first + count if healthy else None
+            for batch in _rows(low, min(low + CHUNK, first + count), calls=calls, start=start, step=step, end=end):
                 _insert(conn, tasks, batch["tasks"])
                 _insert(conn, trace, batch["trace"])
                 _insert(conn, ops, batch["ops"])

@@ -307,7 +307,7 @@ DEPENDENTS = {
 
 def _prune_statements(owner: SQLQueries, postgres: bool) -> dict[str, Compiled]:
     """The prune's statements for the store's dialect (compiled once per store)."""
-    ids = "= ANY(CAST(:ids AS text[]))" if postgres else "= :ids"  # SQLite: one id a row, on the primary key
+    ids = _IDS_MARK  # the batch's ids, written in when it runs (see _ids)
     texts = {
         "pick": f"SELECT t.task_id FROM {_T} t WHERE {_PRUNABLE} LIMIT :n",
         "delete_tasks": (
@@ -336,6 +336,17 @@ def _text(sql: str) -> Callable[[], Any]:
     return lambda: sa.text(sql)
 
 
+_IDS_MARK = "IN (__loopguard_ids__)"
+
+
+def _ids(ids: list[str], postgres: bool) -> tuple[str, dict[str, Any]]:
+    """The condition "task_id is one of ``ids``" and its bind values: PostgreSQL an array, SQLite a list of bound
+    values (both read the primary key or the task index, one lookup an id)."""
+    if postgres:
+        return "= ANY(%(ids)s)", {"ids": ids}
+    return "IN (" + ", ".join(f":i{n}" for n in range(len(ids))) + ")", {f"i{n}": v for n, v in enumerate(ids)}
+
+
 def _count(cur: Any, st: dict[str, Compiled], params: dict[str, Any]) -> PruneCounts:
     """What a prune would remove now (a dry run): every eligible row, nothing removed."""
     kinds = ("tasks", *DEPENDENTS, "operations", "activations")
@@ -348,20 +359,16 @@ def _batch(cur: Any, st: dict[str, Compiled], params: dict[str, Any], *, postgre
     picked = [row["task_id"] for row in fetch_all(cur, st["pick"], params)]
     removed: list[str] = []
     counts: dict[str, int] = {}
-    if picked and postgres:
-        removed = [row["task_id"] for row in fetch_all(cur, st["delete_tasks"], {**params, "ids": picked})]
-    elif picked:
-        for task_id in picked:
-            removed += [row["task_id"] for row in fetch_all(cur, st["delete_tasks"], {**params, "ids": task_id})]
-    for kind in DEPENDENTS if removed else ():
-        if postgres:
-            cur.execute(st[f"delete_{kind}"].sql, {"ids": removed})
+    if picked:
+        ids, values = _ids(picked, postgres)
+        delete = st["delete_tasks"].sql.replace(_IDS_MARK, ids)
+        cur.execute(delete, {**params, **values})
+        removed = [row["task_id"] for row in cur.fetchall()]
+    if removed:
+        ids, values = _ids(removed, postgres)
+        for kind in DEPENDENTS:
+            cur.execute(st[f"delete_{kind}"].sql.replace(_IDS_MARK, ids), values)
             counts[kind] = max(0, cur.rowcount)
-        else:
-            counts[kind] = 0
-            for task_id in removed:
-                cur.execute(st[f"delete_{kind}"].sql, {"ids": task_id})
-                counts[kind] += max(0, cur.rowcount)
     for kind in ("operations", "activations"):
         cur.execute(st[f"delete_{kind}"].sql, params)
         counts[kind] = max(0, cur.rowcount)
