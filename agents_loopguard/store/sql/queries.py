@@ -308,10 +308,12 @@ DEPENDENTS = {
 def _prune_statements(owner: SQLQueries, postgres: bool) -> dict[str, Compiled]:
     """The prune's statements for the store's dialect (compiled once per store)."""
     ids = _IDS_MARK  # the batch's ids, written in when it runs (see _ids)
+    plus = "" if postgres else "+"
     texts = {
         "pick": f"SELECT t.task_id FROM {_T} t WHERE {_PRUNABLE} LIMIT :n",
-        "delete_tasks": (
-            f"DELETE FROM {_T} WHERE task_id {ids} AND status IN ({_ENDED_SQL}) AND updated_at < :fb RETURNING task_id"
+        "delete_tasks": (  # SQLite: a unary + keeps the planner on the key (not the status index, every task)
+            f"DELETE FROM {_T} WHERE task_id {ids} AND {plus}status IN ({_ENDED_SQL}) AND {plus}updated_at < :fb "
+            "RETURNING task_id"
         ),
         **{f"delete_{kind}": f"DELETE FROM {table} WHERE task_id {ids}" for kind, table in DEPENDENTS.items()},
         "delete_operations": (
