@@ -99,7 +99,7 @@ def test_demo_then_find_inspect_export_and_reconcile_the_task(sql_url: str) -> N
     hint = next(line.strip() for line in demo.stdout.splitlines() if line.strip().endswith(" tasks"))
     listed = subprocess.run(hint, shell=True, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and "demo-search-" in listed.stdout, (hint, listed.stderr)  # runs as printed
-    tasks = {t["task_id"]: t for t in as_json("tasks", url=sql_url)}
+    tasks = {t["task_id"]: t for t in as_json("tasks", url=sql_url)["tasks"]}
     assert len(tasks) == 3
     pay = next(t for t in tasks if t.startswith("demo-payment-") and "retry" not in t)
     assert tasks[pay]["status"] == "needs_reconciliation"
@@ -302,8 +302,9 @@ def test_json_anywhere_numbers_iso_times_and_objects(sql_url: str) -> None:
         out[args[0]] = loopguard(*args, "--json", url=sql_url).stdout  # after the command
     assert loopguard("--json", "show", "t-0", url=sql_url).stdout == out["show"], "and before it"
     out = {command: json.loads(text) for command, text in out.items()}
-    rows = out["tasks"]
+    rows = out["tasks"]["tasks"]
     assert [r["task_id"] for r in rows] == ["t-pause", "t-2", "t-1", "t-0"], "newest first"
+    assert out["tasks"]["next"] is None, "one page"
     done = rows[-1]
     assert done["used"] == {"models": 1, "tools": 0, "cost": 0.0} and done["left"]["models"] == 4
     assert ISO.match(done["updated_at"]) and ISO.match(done["created_at"])
@@ -313,14 +314,19 @@ def test_json_anywhere_numbers_iso_times_and_objects(sql_url: str) -> None:
     paused = out["pause"]
     assert [c["arguments"] for c in paused["pending_calls"]] == [{"amount": 5}, {"amount": 9}], "objects, not text"
     assert ISO.match(paused["created_at"])
-    (waiting,) = out["pauses"]
+    (waiting,) = out["pauses"]["pauses"]
     assert waiting["pause_id"] == pause and waiting["task"]["status"] == "needs_human"
 
 
 def test_tasks_status_and_limit_show_limit_and_a_time_column(sql_url: str) -> None:
     _finished_tasks(sql_url)
-    assert [r["task_id"] for r in as_json("tasks", "--status", "stopped", url=sql_url)] == ["t-1"]
-    assert [r["task_id"] for r in as_json("tasks", "--limit", "2", url=sql_url)] == ["t-2", "t-1"]
+    assert [r["task_id"] for r in as_json("tasks", "--status", "stopped", url=sql_url)["tasks"]] == ["t-1"]
+    first = as_json("tasks", "--limit", "2", url=sql_url)
+    assert [r["task_id"] for r in first["tasks"]] == ["t-2", "t-1"]
+    second = as_json("tasks", "--limit", "2", "--cursor", first["next"], url=sql_url)
+    assert [r["task_id"] for r in second["tasks"]] == ["t-0"] and second["next"] is None
+    hint = loopguard("tasks", "--limit", "2", url=sql_url).stdout.splitlines()[-1]
+    assert hint.startswith("next page: ") and hint.endswith(f"--cursor {first['next']}") and "--limit 2" in hint
     table = loopguard("tasks", "--status", "running", url=sql_url).stdout
     assert "t-2" in table and "t-0" not in table and "\x1b[" not in table, "plain when piped"
     assert "no tasks in this store with status partial" in loopguard("tasks", "--status", "partial", url=sql_url).stdout
@@ -386,7 +392,7 @@ def test_messages_fit_the_state(sql_url: str) -> None:
 
 
 def test_version_and_python_dash_m(tmp_path: Path) -> None:
-    from agents_loopguard.cli import _package_version
+    from agents_loopguard.cli.base import package_version as _package_version
 
     url = f"sqlite:///{tmp_path / 'lg.db'}"
     _finished_tasks(url)
@@ -394,7 +400,8 @@ def test_version_and_python_dash_m(tmp_path: Path) -> None:
     assert version == f"loopguard {_package_version()}" and re.match(r"^loopguard \d+\.\d+", version)
     module = [sys.executable, "-m", "agents_loopguard"]
     assert loopguard("--version", command=module).stdout.strip() == version
-    assert [r["task_id"] for r in json.loads(loopguard("tasks", "--json", url=url, command=module).stdout)][-1] == "t-0"
+    listed = json.loads(loopguard("tasks", "--json", url=url, command=module).stdout)["tasks"]
+    assert [r["task_id"] for r in listed][-1] == "t-0"
     assert "Usage" in loopguard(command=module).stdout  # no command: the help, exit 0
 
 

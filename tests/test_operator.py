@@ -37,6 +37,7 @@ from agents_loopguard.ops.operator import (
     task_rows,
     task_view,
 )
+from agents_loopguard.ops.pages import task_page
 from agents_loopguard.store.base import Store
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -132,12 +133,14 @@ def test_task_rows_give_numbers_iso_times_and_filter_and_page(store: Store) -> N
     assert [r["task_id"] for r in task_rows(store, status="completed")] == ["t-done"]
     assert [r["task_id"] for r in task_rows(store, status="partial")] == ["t-search"]
     assert [r["task_id"] for r in task_rows(store, limit=2)] == ["t-done", "t-search"]
-    assert [r["task_id"] for r in task_rows(store, limit=2, offset=2)] == ["t-pay"]
-    assert task_rows(store, limit=0) == [] and task_rows(store, offset=9) == []
+    first = task_page(store, limit=2)
+    assert [r["task_id"] for r in first["tasks"]] == ["t-done", "t-search"] and first["next"]
+    last = task_page(store, limit=2, cursor=first["next"])
+    assert [r["task_id"] for r in last["tasks"]] == ["t-pay"] and last["next"] is None
 
 
 @pytest.mark.parametrize(
-    "bad", [{"status": "finished"}, {"limit": -1}, {"offset": -2}, {"limit": True}, {"limit": "3"}]
+    "bad", [{"status": "finished"}, {"limit": -1}, {"limit": 0}, {"limit": True}, {"limit": "3"}, {"limit": 1001}]
 )
 def test_task_rows_refuse_bad_filters_as_input(store: Store, bad: dict[str, Any]) -> None:
     with pytest.raises(InputError) as raised:

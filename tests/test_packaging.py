@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agents_loopguard import Budget, MemoryStore, Status, create_runner
-from agents_loopguard.cli import _package_version
+from agents_loopguard.cli.base import package_version as _package_version
 
 ROOT = Path(__file__).resolve().parent.parent
 

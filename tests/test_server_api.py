@@ -123,8 +123,11 @@ def test_tasks_list_with_status_filter_and_paging(client: httpx.Client, store: S
     assert rows[1]["used"]["models"] == 1 and rows[1]["limits"]["models"] == 1 and rows[1]["left"]["models"] == 0
     stopped = client.get("/api/v1/tasks", params={"status": "stopped"}, headers=ana).json()["tasks"]
     assert [(r["task_id"], r["reason"]) for r in stopped] == [("search-2", "model_budget")]
-    page = client.get("/api/v1/tasks", params={"limit": 1, "offset": 1}, headers=ana).json()
-    assert [r["task_id"] for r in page["tasks"]] == ["search-2"]
+    first = client.get("/api/v1/tasks", params={"limit": 1}, headers=ana).json()
+    page = client.get("/api/v1/tasks", params={"limit": 1, "cursor": first["next"]}, headers=ana).json()
+    assert [r["task_id"] for r in page["tasks"]] == ["search-2"] and page["next"]
+    bad = error_of(client.get("/api/v1/tasks", params={"cursor": "not-ours"}, headers=ana), 400)
+    assert bad["kind"] == "input" and "cursor" in bad["message"]
     error = error_of(client.get("/api/v1/tasks", params={"status": "sleeping"}, headers=ana), 400)
     assert error["kind"] == "input" and "sleeping" in error["message"] and error["exit_code"] == 2
 

@@ -11,11 +11,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents_loopguard import Budget, Guard, Verdict
+from agents_loopguard.ops.retention import RetentionPolicy, prune
 from agents_loopguard.server import ServerConfig, Tokens, create_app
 from agents_loopguard.store.sql import SQLStore
 from agents_loopguard.values.calls import Ticket
 from tests.support.live_server import LiveServer
-from tests.support.server_env import SECRETS, budget_stopped, paused_task
+from tests.support.server_env import SECRETS, budget_stopped, lost_write, paused_task
 from tests.support.stores import sql_store
 
 METRICS_SECRET = "prom-metrics-secret-5c8e1a7d3b9f"
@@ -63,21 +64,38 @@ def test_metrics_count_what_the_store_holds(url: str, store: SQLStore) -> None:
     paused_task(store, "refund-77")
     time.sleep(0.05)  # the pause has an age
     got = samples(url)
-    assert got[("loopguard_tasks", (("reason", "same_call"), ("status", "stopped")))] == 1
-    assert got[("loopguard_tasks", (("reason", "model_budget"), ("status", "stopped")))] == 1
-    assert got[("loopguard_tasks", (("reason", ""), ("status", "running")))] == 1
-    assert got[("loopguard_tasks", (("reason", "approval"), ("status", "needs_human")))] == 1
-    assert got[("loopguard_refusals_total", (("reason", "same_call"),))] == 1
+    stopped = (("family", "ticket"), ("status", "stopped"))
+    assert got[("loopguard_tasks", (stopped[0], ("reason", "same_call"), stopped[1]))] == 1
+    assert got[("loopguard_tasks", (stopped[0], ("reason", "model_budget"), stopped[1]))] == 1
+    assert got[("loopguard_tasks", (("family", "ticket"), ("reason", ""), ("status", "running")))] == 1
+    assert got[("loopguard_tasks", (("family", "refund"), ("reason", "approval"), ("status", "needs_human")))] == 1
+    assert got[("loopguard_refusals_total", (("family", "ticket"), ("reason", "same_call")))] == 1
     assert got[("loopguard_pauses_pending", ())] == 1
     assert 0 < got[("loopguard_pause_oldest_age_seconds", ())] < 600
+    assert got[("loopguard_unknown_writes", ())] == 0
     running = (("counter", "tool_executions"), ("family", "ticket"), ("status", "running"))
     assert (got[("loopguard_budget_used", running)], got[("loopguard_budget_limit", running)]) == (0, 3)
     ended = (("counter", "model_turns"), ("family", "ticket"), ("status", "ended"))
     assert got[("loopguard_budget_limit", ended)] == 9 + 1  # ticket-1 and ticket-2
     assert got[("loopguard_budget_used", ended)] == 1  # ticket-2's one turn; ticket-1 asked for none
-    again = samples(url)  # the store's reads of the first scrape are in the histogram now
-    assert again[("loopguard_store_read_seconds_count", (("read", "tasks"),))] >= 1
-    assert again[("loopguard_store_read_seconds_count", (("read", "trace"),))] >= 4
+    again = samples(url)  # the store's read of the first scrape is in the histogram now
+    assert again[("loopguard_store_read_seconds_count", (("read", "measures"),))] >= 1
+
+
+def test_an_unknown_write_has_its_own_gauge_and_a_prune_keeps_the_refusal_counter(url: str, store: SQLStore) -> None:
+    """R22: operators alert on unknown writes; a refusal counted once stays counted when its trace is pruned."""
+    lost_write(store, "pay-3", "inv-3")
+    same_call_loop(store, "ticket-1")
+    got = samples(url)
+    assert got[("loopguard_unknown_writes", ())] == 1 and got[("loopguard_unknown_write_oldest_age_seconds", ())] >= 0
+    refused = ("loopguard_refusals_total", (("family", "ticket"), ("reason", "same_call")))
+    assert got[refused] == 1
+    removed = prune(store, RetentionPolicy(older_than_days=0), now=time.time() + 1)["removed"]
+    assert removed["tasks"] == 1 and store.task("ticket-1") is None and store.task("pay-3") is not None
+    after = samples(url)
+    assert after[refused] == 1, "a counter never goes back"
+    assert ("loopguard_tasks", (("family", "ticket"), ("reason", "same_call"), ("status", "stopped"))) not in after
+    assert after[("loopguard_unknown_writes", ())] == 1, "a task with an unknown write is never pruned"
 
 
 def test_metrics_need_a_metrics_or_operator_token(url: str) -> None:

@@ -25,8 +25,6 @@ PENDING: dict[str, str] = {
     "arguments, lost answers settled by asking the receiver",
     "R21": "Efficacy: cut every loop early and stop no legitimate work, with the defaults, measured on labelled "
     "trajectories",
-    "R22": "Production over months: operator views in O(page), metrics in O(1), a store that stays bounded, "
-    "OpenTelemetry",
 }
 """Rules of SPEC.md whose tests land with an open issue (named here with its title). A rule leaves this set when its
 tests land; a pending rule that a test already names fails the check below, so the set cannot go stale."""

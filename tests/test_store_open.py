@@ -7,12 +7,15 @@ import hashlib
 import json
 import shutil
 import sqlite3
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
-from agents_loopguard import Budget
+from agents_loopguard import Budget, Guard
 from agents_loopguard.store import SQLStore, StoreError
 from agents_loopguard.values.errors import NotFoundError
 from tests.conftest import libpq_url
@@ -171,3 +174,50 @@ def test_postgres_a_readonly_store_runs_in_read_only_sessions(pg_schema_url: str
         cur = reader._cursor()
         cur.execute("SHOW default_transaction_read_only")
         assert cur.fetchone() == {"default_transaction_read_only": "on"}
+
+
+@pytest.fixture
+def database_with_an_app_schema(postgres_url: str) -> Iterator[str]:
+    """A database of its own whose only table is ``app.orders`` (its ``public`` schema is empty); dropped after."""
+    name = f"lg_app_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(libpq_url(postgres_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA app")
+            conn.execute("CREATE TABLE app.orders (id integer PRIMARY KEY, total numeric)")
+        yield url
+    finally:
+        with psycopg.connect(libpq_url(postgres_url), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _public_tables(url: str) -> list[str]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        found = conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+        return [str(r[0]) for r in found.fetchall()]
+
+
+@pytest.mark.postgres
+def test_postgres_a_database_whose_tables_live_in_another_schema_is_refused_never_stamped(
+    database_with_an_app_schema: str,
+) -> None:
+    """Issue 31: a database whose only tables are in ``app`` got nine loopguard tables in ``public`` at a worker's
+    first guard, though a database with other tables is refused, never stamped."""
+    url = database_with_an_app_schema
+    store = SQLStore(url)
+    try:
+        with pytest.raises(StoreError) as err:
+            Guard(budget=BIG, store=store, task_id="t-1")
+    finally:
+        store.close()
+    assert "app.orders" in str(err.value) and "nothing was changed" in str(err.value)
+    assert _public_tables(url) == []
+    own = make_url(url).update_query_dict({"options": "-csearch_path=loopguard"}).render_as_string(False)
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA loopguard")
+    with SQLStore(own) as store:  # the fix the message names: a schema of its own
+        Guard(budget=BIG, store=store, task_id="t-1").begin_turn()
+        assert store.task("t-1").used.models == 1  # type: ignore[union-attr]
+    assert _public_tables(url) == []

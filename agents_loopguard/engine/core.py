@@ -42,6 +42,7 @@ from ..values.evidence import (
     result_status,
     unproven,
 )
+from ..values.families import named_family
 from ..values.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
 from ..values.pricing import Price
 from .ending import Ending
@@ -87,6 +88,7 @@ class Guard(Metering, Ending):
         strict_budget: bool = False,
         prices: Mapping[str, Price] | None = None,
         flow: str | None = None,
+        family: str | None = None,
     ) -> None:
         self.task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
         self.flow = flow
@@ -108,7 +110,9 @@ class Guard(Metering, Ending):
         self.last_good: Any = None
         self.outcome: Outcome | None = None
         """The terminal outcome once the guard has ended; every later call returns it."""
-        snapshot = self.store.ensure_task(self.task_id, budget, revision=initial_revision, now=self._now())
+        snapshot = self.store.ensure_task(
+            self.task_id, budget, revision=initial_revision, now=self._now(), family=named_family(family, flow)
+        )
         self._check_budget(snapshot, strict=strict_budget)
         self.budget = snapshot.budget
         self.revision = snapshot.revision

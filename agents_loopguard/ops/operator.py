@@ -24,29 +24,31 @@ Counters come as three parallel objects with the keys ``models``, ``tools`` and 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
-import math
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..store.base import (
-    OperationRecord,
-    OperationState,
-    PauseRecord,
-    Store,
-    TaskSnapshot,
-    TraceEntry,
-    TransitionRecord,
-)
+from ..store.base import OperationState, Store, TaskSnapshot
 from ..values.budget import Budget
 from ..values.canonical import redact
 from ..values.errors import InputError, NotFoundError, StateError
-from ..values.outcome import RecordError, RecoveryRecord, Status, Usage
-from .approvals import check_pause, decide
+from ..values.outcome import Usage
+from . import pages
+from .approvals import decide
+from .pages import TASK_STATUSES
 from .recovery import reconcile, recover
+from .rows import (
+    iso_time,
+    now,
+    operation_row,
+    pause_row,
+    record_of,
+    redacted_text,
+    task_of,
+    task_row,
+    transition_row,
+)
 from .stops import request_stop
 
 __all__ = [
@@ -65,204 +67,21 @@ __all__ = [
     "task_view",
 ]
 
-TASK_STATUSES: tuple[str, ...] = ("running", *(str(s) for s in Status))
-"""The statuses a task can have: ``running``, or the terminal status of its outcome."""
+TIMELINE = 50
+"""Steps of the timeline a task's view shows unless asked for another number."""
+PER_TASK = 200
+"""The most operations, pauses and transitions a task's view shows (the pages list them all)."""
 
 _PAST = {"approve": "approved", "reject": "rejected"}
 _log = logging.getLogger("agents_loopguard.ops.operator")
-
-
-# --- plain data ---------------------------------------------------------------------------------------------------
-
-
-def iso_time(ts: float | None) -> str | None:
-    """A store timestamp (seconds since the epoch) as ISO 8601 UTC with ``Z``; ``None`` for none recorded (0 too).
-
-    >>> iso_time(1700000000.25)
-    '2023-11-14T22:13:20.250Z'
-    >>> iso_time(None), iso_time(0.0)
-    (None, None)
-    """
-    if not ts or not math.isfinite(ts):
-        return None
-    try:
-        moment = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
-    except (OverflowError, OSError, ValueError):  # a damaged row: say so, and show the rest
-        return f"{ts!r} (not a time)"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _now() -> float:
-    return time.time()
-
-
-def _counters(budget: Budget, used: Usage) -> dict[str, Any]:
-    """``used``, ``limits``, ``left`` (keys models/tools/cost) and the ``deadline``."""
-    cost_left = None if budget.cost is None else round(max(0.0, budget.cost - used.cost), 12)
-    return {
-        "used": {"models": used.models, "tools": used.tools, "cost": used.cost},
-        "limits": {"models": budget.model_turns, "tools": budget.tool_executions, "cost": budget.cost},
-        "left": {
-            "models": max(0, budget.model_turns - used.models),
-            "tools": max(0, budget.tool_executions - used.tools),
-            "cost": cost_left,
-        },
-        "deadline": iso_time(budget.deadline),
-    }
-
-
-def _text(value: str | None) -> str | None:
-    """Operator text (who, why, a stop reason) as shown: credentials redacted."""
-    return None if value is None else str(redact(value))
-
-
-def _json_object(value: Any) -> Any:
-    """A value stored as JSON text (a pending call's arguments) as the object it encodes; other text stays text."""
-    if isinstance(value, (str, bytes)):
-        with contextlib.suppress(ValueError):
-            value = json.loads(value)
-    return redact(value)
-
-
-def _row(task: TaskSnapshot) -> dict[str, Any]:
-    outcome = task.outcome or {}
-    return {
-        "task_id": task.task_id,
-        "status": task.status,
-        "reason": outcome.get("reason"),
-        **_counters(task.budget, task.used),
-        "revision": task.revision,
-        "stalled": task.stalled,
-        "stop_mark": _text(task.stop_reason),
-        "created_at": iso_time(task.created_at),
-        "updated_at": iso_time(task.updated_at),
-    }
-
-
-def _step(entry: TraceEntry) -> dict[str, Any]:
-    return {
-        "seq": entry.seq,
-        "at": iso_time(entry.at),
-        "kind": entry.kind,
-        "tool": entry.tool,
-        "arguments": redact(entry.args),
-        "result_class": entry.result_class,
-        "revision": entry.revision,
-        "models": entry.models,
-        "tools": entry.tools,
-        "fingerprint": entry.fingerprint,
-        "operation_id": entry.operation_id,
-        "operation_state": entry.operation_state,
-    }
-
-
-def _operation(op: OperationRecord) -> dict[str, Any]:
-    return {
-        "operation_id": op.operation_id,
-        "task_id": op.task_id,
-        "tool": op.tool,
-        "state": str(op.state),
-        "result": redact(op.result),
-        "attempts": op.attempts,
-        "payload": op.payload,
-        "created_at": iso_time(op.created_at),
-        "updated_at": iso_time(op.updated_at),
-    }
-
-
-def _delta(delta: Mapping[str, Any]) -> dict[str, Any]:
-    shown = dict(redact(dict(delta)))
-    if isinstance(delta.get("deadline"), (int, float)):
-        shown["deadline"] = iso_time(float(delta["deadline"]))
-    return shown
-
-
-def _transition(t: TransitionRecord) -> dict[str, Any]:
-    return {
-        "transition_id": t.transition_id,
-        "task_id": t.task_id,
-        "kind": t.kind,
-        "who": _text(t.who),
-        "why": _text(t.why),
-        "at": iso_time(t.at),
-        "pause_id": t.pause_id,
-        "from_outcome": redact(t.from_outcome),
-        "decisions": dict(t.decisions),
-        "budget_delta": _delta(t.budget_delta),
-    }
-
-
-def _digest_ok(record: PauseRecord) -> bool:
-    try:
-        check_pause(record)
-    except StateError:
-        return False
-    return True
-
-
-def _committed(store: Store, operation_id: Any) -> str | None:
-    """What to tell the approver when the call's operation is already committed (nothing would run again)."""
-    op = store.lookup_operation(operation_id) if isinstance(operation_id, str) and operation_id else None
-    if op is None or op.state is not OperationState.COMMITTED:
-        return None
-    return (
-        f"operation {operation_id!r} is already committed (by task {op.task_id!r}): approving runs nothing, "
-        "the stored result is returned; rejecting does not undo it"
-    )
-
-
-def _pause(record: PauseRecord, store: Store) -> dict[str, Any]:
-    calls = [
-        {
-            "call_id": call.get("call_id"),
-            "tool": call.get("tool"),
-            "operation_id": call.get("operation_id"),
-            "arguments": _json_object(call.get("arguments")),
-            "decision": record.decisions.get(str(call.get("call_id"))),
-            "already_committed": _committed(store, call.get("operation_id")),
-        }
-        for call in record.pending_calls
-    ]
-    return {
-        "pause_id": record.pause_id,
-        "task_id": record.task_id,
-        "status": record.status,
-        "digest_ok": _digest_ok(record),
-        "pending_calls": calls,
-        **_counters(record.budget, record.used),
-        "decisions": dict(record.decisions),
-        "decided_by": _text(record.decided_by),
-        "decided_why": _text(record.decided_why),
-        "decided_at": iso_time(record.decided_at),
-        "resumed_by": _text(record.resumed_by),
-        "created_at": iso_time(record.created_at),
-        "resumed_at": iso_time(record.resumed_at),
-    }
-
-
-def _task(store: Store, task_id: str) -> TaskSnapshot:
-    task = store.task(task_id)
-    if task is None:
-        raise NotFoundError(f"no task {task_id!r} in this store")
-    return task
-
-
-def _record(task: TaskSnapshot) -> RecoveryRecord:
-    """The task's stored recovery record; StateError when it has none yet or it is malformed."""
-    if task.outcome is None:
-        raise StateError(f"task {task.task_id!r} has no terminal outcome yet (status {task.status})")
-    try:
-        return RecoveryRecord.from_json(task.outcome)
-    except RecordError as exc:
-        raise StateError(f"task {task.task_id!r}: {exc}") from None
 
 
 def _plural(count: float, word: str) -> str:
     return f"{count:g} {word}" + ("" if count == 1 else "s")
 
 
-def _window(limit: int | None, offset: int = 0) -> None:
-    for name, value in (("limit", limit), ("offset", offset)):
+def _window(limit: int | None) -> None:
+    for name, value in (("limit", limit),):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise InputError(f"{name} must be a whole number >= 0, got {value!r}")
 
@@ -270,11 +89,9 @@ def _window(limit: int | None, offset: int = 0) -> None:
 # --- views --------------------------------------------------------------------------------------------------------
 
 
-def task_rows(
-    store: Store, *, status: str | None = None, limit: int | None = None, offset: int = 0
-) -> list[dict[str, Any]]:
-    """Every task (newest first), or those with ``status``, as rows: counters used, limits and left, revision, stop
-    mark, times. ``limit``/``offset`` page through them.
+def task_rows(store: Store, *, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """The newest tasks (at most ``limit``), or those with ``status``, as rows: counters used, limits and left,
+    revision, stop mark, times (the first page of :func:`agents_loopguard.ops.pages.task_page`, which pages on).
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore, Reason, Status
     >>> store = MemoryStore()
@@ -285,18 +102,15 @@ def task_rows(
     >>> [r["task_id"] for r in task_rows(store, status="stopped")]
     ['a']
     """
-    if status is not None and status not in TASK_STATUSES:
-        raise InputError(f"unknown status {status!r}: choose one of {', '.join(TASK_STATUSES)}")
-    _window(limit, offset)
-    tasks = [t for t in reversed(store.tasks()) if status is None or t.status == status]
-    end = None if limit is None else offset + limit
-    return [_row(t) for t in tasks[offset:end]]
+    rows: list[dict[str, Any]] = pages.task_page(store, status=status, limit=limit)["tasks"]
+    return rows
 
 
-def task_view(store: Store, task_id: str, *, limit: int | None = None) -> dict[str, Any]:
-    """One task: its row with the stored outcome, the timeline (the last ``limit`` steps; ``timeline_total`` counts
-    them all), operations, pauses, transitions and the allowed next actions. A stored outcome that is not a valid
-    recovery record is shown as stored, with ``record_error`` saying why no next action is offered.
+def task_view(store: Store, task_id: str, *, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
+    """One task: its row with the stored outcome, the timeline (the last ``limit`` steps, 50 by default, or those
+    before ``cursor``; ``timeline_total`` counts them all, ``timeline_next`` is the cursor of the earlier steps),
+    its last :data:`PER_TASK` operations, pauses and transitions, and the allowed next actions. A stored outcome that
+    is not a valid recovery record is shown as stored, with ``record_error`` saying why no next action is offered.
 
     >>> from agents_loopguard import Budget, MemoryStore, create_runner
     >>> store = MemoryStore()
@@ -310,28 +124,33 @@ def task_view(store: Store, task_id: str, *, limit: int | None = None) -> dict[s
     ['return_result']
     """
     _window(limit)
-    task = _task(store, task_id)
-    trace = store.trace(task_id)
-    shown = trace if limit is None else trace[len(trace) - min(limit, len(trace)) :]
+    task = task_of(store, task_id)
+    timeline = pages.timeline_page(store, task_id, cursor=cursor, limit=max(1, TIMELINE if limit is None else limit))
+    shown = timeline["timeline"] if limit != 0 else []
     record_error, steps = None, list[str]()
     if task.outcome is None:
         actions, steps = _running_actions(task, _unknown_writes(store, task_id))
     else:
         try:
-            actions = [str(a) for a in _record(task).allowed_next_actions]
+            actions = [str(a) for a in record_of(task).allowed_next_actions]
         except StateError as exc:
             actions, record_error = [], str(exc)
     return {
-        "task": {**_row(task), "outcome": redact(task.outcome)},
+        "task": {**task_row(task), "outcome": redact(task.outcome)},
         "record_error": record_error,
-        "timeline": [_step(e) for e in shown],
-        "timeline_total": len(trace),
-        "operations": [_operation(o) for o in store.operations(task_id)],
-        "pauses": [_pause(p, store) for p in store.pauses(task_id)],
-        "transitions": [_transition(t) for t in store.transitions(task_id)],
+        "timeline": shown,
+        "timeline_total": timeline["total"],
+        "timeline_next": timeline["next"],
+        "operations": _oldest_first(pages.operation_page(store, task_id=task_id, limit=PER_TASK)["operations"]),
+        "pauses": pages.pause_page(store, status=None, task_id=task_id, limit=PER_TASK)["pauses"],
+        "transitions": _oldest_first(pages.transition_page(store, task_id=task_id, limit=PER_TASK)["transitions"]),
         "allowed_next_actions": actions,
         "next_steps": steps,
     }
+
+
+def _oldest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return rows[::-1]
 
 
 def _running_actions(task: TaskSnapshot, unknown: list[str]) -> tuple[list[str], list[str]]:
@@ -373,7 +192,7 @@ def pause_view(store: Store, pause_id: str) -> dict[str, Any]:
     record = store.pause(pause_id)
     if record is None:
         raise NotFoundError(f"no pause {pause_id!r} in this store")
-    return _pause(record, store)
+    return pause_row(record, store)
 
 
 def pause_notice(store: Store, pause_id: str) -> dict[str, Any]:
@@ -399,25 +218,16 @@ def pause_notice(store: Store, pause_id: str) -> dict[str, Any]:
     return {"pause_id": record.pause_id, "task_id": record.task_id, "calls": calls}
 
 
-def pending_pauses(store: Store) -> list[dict[str, Any]]:
-    """The pauses waiting for a decision, oldest first, each with its task's current counters under ``task``.
+def pending_pauses(store: Store, *, limit: int = 100) -> list[dict[str, Any]]:
+    """The pauses waiting for a decision (the oldest ``limit``), each with its task's current counters under
+    ``task`` (the first page of :func:`agents_loopguard.ops.pages.pause_page`, which pages on).
 
     >>> from agents_loopguard import MemoryStore
     >>> pending_pauses(MemoryStore())
     []
     """
-    waiting = []
-    for record in store.pauses():
-        if record.status != "pending":
-            continue
-        view = _pause(record, store)
-        task = store.task(record.task_id)
-        if task is not None:
-            view["task"] = {"status": task.status, **_counters(task.budget, task.used)}
-        else:
-            view["task"] = None
-        waiting.append(view)
-    return waiting
+    rows: list[dict[str, Any]] = pages.pause_page(store, status="pending", limit=limit)["pauses"]
+    return rows
 
 
 def operation_view(store: Store, operation_id: str) -> dict[str, Any]:
@@ -432,7 +242,7 @@ def operation_view(store: Store, operation_id: str) -> dict[str, Any]:
     record = store.lookup_operation(operation_id)
     if record is None:
         raise NotFoundError(f"no operation {operation_id!r} in this store")
-    return _operation(record)
+    return operation_row(record)
 
 
 def task_record(store: Store, task_id: str) -> dict[str, Any]:
@@ -444,18 +254,19 @@ def task_record(store: Store, task_id: str) -> dict[str, Any]:
     >>> task_record(store, "t1")["allowed_next_actions"]
     ['deliver_verified', 'human_review', 'close']
     """
-    return _record(_task(store, task_id)).to_dict()
+    return record_of(task_of(store, task_id)).to_dict()
 
 
 # --- actions ------------------------------------------------------------------------------------------------------
 
 
 def _unknown_writes(store: Store, task_id: str) -> list[str]:
-    return [o.operation_id for o in store.operations(task_id) if o.state is OperationState.UNKNOWN]
+    found = pages.operation_page(store, state=str(OperationState.UNKNOWN), task_id=task_id, limit=PER_TASK)
+    return [o["operation_id"] for o in reversed(found["operations"])]
 
 
 def _stop_message(before: TaskSnapshot, after: TaskSnapshot, unknown: list[str]) -> str:
-    mark = _text(after.stop_reason)
+    mark = redacted_text(after.stop_reason)
     if before.status != "running":
         reason = (before.outcome or {}).get("reason")
         text = (
@@ -494,19 +305,19 @@ def stop_task(store: Store, task_id: str, *, reason: str, who: str) -> dict[str,
     """
     if not who:
         raise InputError("a stop is recorded with who asked for it")
-    before = _task(store, task_id)
+    before = task_of(store, task_id)
     stored_reason = str(redact(reason)) if reason else "stop_requested"
-    stopped = request_stop(store, task_id, reason=stored_reason, who=str(redact(who)), now=_now())
+    stopped = request_stop(store, task_id, reason=stored_reason, who=str(redact(who)), now=now())
     after = stopped.task
     unknown = _unknown_writes(store, task_id)
-    _log.info("stop mark on task %s by %s: %s", task_id, _text(who), stored_reason, extra={"task_id": task_id})
+    _log.info("stop mark on task %s by %s: %s", task_id, redacted_text(who), stored_reason, extra={"task_id": task_id})
     return {
         "task_id": task_id,
         "status": after.status,
         "reason": (after.outcome or {}).get("reason"),
-        "stop_mark": _text(after.stop_reason),
+        "stop_mark": redacted_text(after.stop_reason),
         "set_now": stopped.newly_set,
-        "who": _text(who),
+        "who": redacted_text(who),
         "unknown_writes": unknown,
         "message": _stop_message(before, after, unknown),
         "hooks": [{"hook": run.hook, "ok": run.ok, "error": run.error} for run in stopped.hooks],
@@ -548,7 +359,7 @@ def decide_pause(
         why=why,
     )
     decided = ", ".join(f"{call} {_PAST.get(verb, verb)}" for call, verb in record.decisions.items())
-    view = _pause(record, store)
+    view = pause_row(record, store)
     view["message"] = (
         f"pause {record.pause_id} of task {record.task_id}: {decided}; the application's resume applies these decisions"
     )
@@ -605,20 +416,20 @@ def reconcile_operation(
     if not who:
         raise InputError("a reconciliation is recorded with who queried the receiver")
     state = _answer(answer)
-    done = reconcile(store, operation_id, state, who=who, why=why, result=result, correct=correct, now=_now())
+    done = reconcile(store, operation_id, state, who=who, why=why, result=result, correct=correct, now=now())
     task_id = done.operation.task_id
     task = store.task(task_id)
     reopened = done.transition is not None
     return {
         "operation_id": operation_id,
         "state": str(done.operation.state),
-        "operation": _operation(done.operation),
+        "operation": operation_row(done.operation),
         "task_id": task_id,
         "task_status": task.status if task else None,
         "task_reopened": reopened,
         "reopened_tasks": [task_id] * reopened + list(done.reopened_elsewhere),
         "still_unknown": _unknown_writes(store, task_id),
-        "transition": _transition(done.transition) if done.transition else None,
+        "transition": transition_row(done.transition) if done.transition else None,
         "allowed_next_actions": [str(a) for a in done.allowed_next_actions],
         "message": _reconcile_message(operation_id, state, task, reopened),
     }
@@ -637,15 +448,15 @@ def recover_task(
     >>> recover_task(store, "t1", who="lead", why="one more turn", extend={"model_turns": 1})["message"]
     'task t1 reopened by lead: limits now 2 turns and 1 tool execution; used so far 0 turns and 0 tool executions'
     """
-    transition = recover(store, task_id, who=who, why=why, extend=extend, now=_now())
-    after = _task(store, task_id)
+    transition = recover(store, task_id, who=who, why=why, extend=extend, now=now())
+    after = task_of(store, task_id)
     b, u = after.budget, after.used
     message = (
-        f"task {task_id} reopened by {_text(who)}: limits now {_plural(b.model_turns, 'turn')} and "
+        f"task {task_id} reopened by {redacted_text(who)}: limits now {_plural(b.model_turns, 'turn')} and "
         f"{_plural(b.tool_executions, 'tool execution')}; used so far {_plural(u.models, 'turn')} and "
         f"{_plural(u.tools, 'tool execution')}"
     )
-    return {"task": _row(after), "transition": _transition(transition), "message": message + _other_limits(b, u)}
+    return {"task": task_row(after), "transition": transition_row(transition), "message": message + _other_limits(b, u)}
 
 
 def _other_limits(budget: Budget, used: Usage) -> str:

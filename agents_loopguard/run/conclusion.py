@@ -242,6 +242,8 @@ def end(
         pause_id=pause_id,
         final_output=jsonable(final_output),
     )
+    if run.telemetry is not None:
+        run.telemetry.run_ended(run, outcome, pause_id)
     if run.on_refusal == "raise" and verdict is run.verdict and outcome.status is not Status.COMPLETED:
         raise run.raises(outcome)
     return outcome

@@ -63,6 +63,7 @@ from .model_errors import ModelFailure, classify_model_error
 from .options import OnRefusal, Release, RunOptions
 from .retry import NO_RETRY, RetryPolicy
 from .state import Executed, GuardStopped, call_label, refusal_message
+from .telemetry import Telemetry, telemetry_for_run
 from .tool_calls import ToolCalls, jsonable
 
 __all__ = [
@@ -93,12 +94,25 @@ __all__ = [
 ]
 
 
+def _told(observer: Observer | None, telemetry: Telemetry) -> Observer:
+    """The guard's observer, and the run's telemetry told of the same decisions."""
+
+    def both(event: str, data: dict[str, Any]) -> None:
+        telemetry.decision(event, data)
+        if observer is not None:
+            observer(event, data)
+
+    return both
+
+
 def _guard_of(options: RunOptions) -> Guard:
     """The task's guard: ``guard=`` as given, or a new one for ``budget=`` (with ``store=``, ``task_id=``,
     ``policy=``, ``secrets=``, ``prices=``). There is no unlimited default, and the two ways do not mix. Without
     ``store=`` the task lives in the default persistent store, the one ``loopguard`` reads."""
     if options.guard is not None:
-        mixed = [name for name in ("budget", "store", "task_id", "policy") if getattr(options, name) is not None]
+        mixed = [
+            name for name in ("budget", "store", "task_id", "policy", "family") if getattr(options, name) is not None
+        ]
         if mixed or options.secrets:
             listed = ", ".join(f"{name}=" for name in mixed or ["secrets"])
             raise ValueError(f"pass either guard= or budget= (with store=, task_id=, policy=), not both ({listed})")
@@ -117,6 +131,7 @@ def _guard_of(options: RunOptions) -> Guard:
         policy=options.policy,
         secrets=options.secrets,
         prices=options.prices,
+        family=options.family,
     )
 
 
@@ -129,6 +144,8 @@ class ModelAttempt:
     """Its worst-case cost and tokens, settled with the usage."""
     timeout: float | None = None
     """Seconds left before the task's deadline: the request must not outlive it (``None``: no deadline)."""
+    span: Any = None
+    """What the run's telemetry keeps of the attempt until it ends (:mod:`~agents_loopguard.run.telemetry`)."""
 
 
 class GuardedRun(ToolCalls):
@@ -171,14 +188,21 @@ class GuardedRun(ToolCalls):
         guard.check_prices()
         if guard.observer is None and observer is not None:
             guard.observer = observer
-        return cls(
+        telemetry = telemetry_for_run()
+        if telemetry is not None:
+            guard.observer = _told(guard.observer, telemetry)
+        run = cls(
             guard,
             options,
             reset_forced_function=reset_forced_function,
             unwrap_values=unwrap_values,
             label=label,
             raises=raises,
+            telemetry=telemetry,
         )
+        if telemetry is not None:
+            telemetry.run_started(run)
+        return run
 
     def check_enforceable(self, model: str | None, max_output_tokens: int | None, *, where: str = "") -> None:
         """Refuse (``ValueError``) before anything runs a request shape whose limits the task could not enforce
@@ -244,7 +268,8 @@ class GuardedRun(ToolCalls):
             self.guard.settle_request(reserved, billed=False)  # never sent: nothing used
             return self.stop(refused)
         choice = self.tool_choice(requested_choice) if offers_tools else requested_choice
-        return ModelAttempt(choice, reserved, self.remaining())
+        span = self.telemetry.model_began(self, model) if self.telemetry is not None else None
+        return ModelAttempt(choice, reserved, self.remaining(), span)
 
     def end_model_attempt(
         self, attempt: ModelAttempt, *, usage: tuple[int, int] | None = None, failure: ModelFailure | None = None
@@ -253,6 +278,8 @@ class GuardedRun(ToolCalls):
         timeout keeps its worst case) and a model entry in the task's timeline."""
         self.guard.settle_request(attempt.reserved, usage=usage, billed=failure.billed if failure is not None else None)
         self.guard.record_model_answer("answered" if failure is None else f"error:{failure.label}")
+        if self.telemetry is not None:
+            self.telemetry.model_ended(attempt.span, usage=usage, failure=failure.label if failure else None)
 
     def deadline_verdict(self, what: str) -> Verdict:
         """The verdict when ``what`` (a model request) was still running at the deadline."""

@@ -105,6 +105,11 @@ class RunOptions:
     """Inside a durable engine's workflow: where the engine is (:class:`~agents_loopguard.run.DurableSteps`), so a
     replayed tool execution is answered from the task's record and a re-executed step counts once (R17). The
     durable adapters set it (:mod:`agents_loopguard.durable`)."""
+    # --- operations over time ---
+    family: str | None = None
+    """The family a new task's metrics are summed under (a lowercase name such as ``"refunds"``); None derives it
+    from the task id (:mod:`agents_loopguard.values.families`: uuid, numeric and hash-like ids are one family, free
+    text is ``other``). Only a new task takes it: a task keeps the family it was created with."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -150,3 +155,4 @@ class RunFields(TypedDict, total=False):
     on_pause: OnPause | None
     who: str | None
     durable: DurableSteps | None
+    family: str | None

@@ -17,6 +17,7 @@ from ..values.calls import Call, Ticket, Verdict
 from ..values.errors import LoopguardError
 from ..values.outcome import Outcome, Reason, Status
 from .options import OnRefusal, Release, RunOptions
+from .telemetry import Telemetry
 
 __all__ = ["Executed", "Flight", "GuardStopped", "RunState", "call_label", "refusal_message"]
 
@@ -128,6 +129,8 @@ class RunState:
     """id(exception) -> (the exception, kept alive so its id stays its own; its verdict): a tool or model failure
     the guard recorded before the framework re-raised it (see :meth:`recorded_failure`)."""
     cancel_requested: bool = False
+    telemetry: Telemetry | None = None
+    """What the run tells an observability backend (:mod:`~agents_loopguard.run.telemetry`; None: nothing)."""
     _done_turn: int = 0
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 

@@ -100,6 +100,25 @@ class ToolCalls(RunState):
         effects for :func:`drive` / :func:`adrive`. A refused call never executes; a committed write returns its
         stored output without executing. Inside a durable engine's workflow (``RunOptions.durable``), an execution
         the engine's replay runs again returns what the model read the first time, reserving nothing (R17)."""
+        if self.telemetry is None:
+            return (yield from self._call(spec, call))
+        span = self.telemetry.tool_began(self, call.tool, call.call_id, call.kind)
+        executed: Executed | None = None
+        error: str | None = None
+        try:
+            executed = yield from self._call(spec, call)
+            return executed
+        except BaseException as exc:
+            error = type(exc).__name__
+            raise
+        finally:
+            verdict = executed.verdict if executed is not None else None
+            status, reason = (str(verdict.status), str(verdict.reason)) if verdict is not None else (None, None)
+            if executed is not None and executed.error is not None:
+                error = type(executed.error).__name__
+            self.telemetry.tool_ended(span, status=status, reason=reason, error=error)
+
+    def _call(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
         durable = self.options.durable
         key = durable.tool_step(call.call_id) if durable is not None else None
         if key is None:

@@ -3,10 +3,9 @@
 Needs the ``server`` extra (``pip install 'agents-loopguard[server]'``: FastAPI, Uvicorn, Jinja2,
 python-multipart, prometheus-client). Everything an operator sees or does goes through
 :mod:`agents_loopguard.ops.operator`, so the command line, the API and the console show the same data and refuse the
-same things; ``GET /metrics`` reads the store for Prometheus (:mod:`agents_loopguard.server.metrics`); trigger
-activations for
-workflows that are not Python go through :class:`~agents_loopguard.ops.triggers.TriggerGuard`
-(:mod:`agents_loopguard.server.workflows`). See ``docs/server.md``.
+same things; ``GET /metrics`` exports the operations layer's measures for Prometheus
+(:mod:`agents_loopguard.server.metrics`); trigger activations for workflows that are not Python go through
+:class:`~agents_loopguard.ops.triggers.TriggerGuard` (:mod:`agents_loopguard.ops.workflows`). See ``docs/server.md``.
 
 >>> from agents_loopguard import MemoryStore
 >>> from agents_loopguard.server import ServerConfig, Tokens, create_app

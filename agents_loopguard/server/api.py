@@ -1,7 +1,8 @@
 """The JSON API, version 1 (``/api/v1``): the operator's views and actions, and trigger activations for workflows.
 
 Every route is a thin translation of :mod:`agents_loopguard.ops.operator` (tasks, pauses, decisions, stops,
-reconciliation, recovery) or of :mod:`agents_loopguard.server.workflows` (activations): request bodies become keyword
+reconciliation, recovery), of :mod:`agents_loopguard.ops.pages` (every list, a page at a time: ``next`` is the cursor
+of the page after) or of :mod:`agents_loopguard.ops.workflows` (activations): request bodies become keyword
 arguments, the authenticated token's name becomes ``who``, and the functions' errors become JSON with the status of
 their family (400 bad input, 404 unknown id, 409 refused by state, 503 store). Scopes: ``operator`` for everything,
 ``workflow`` for the activations of its own flows.
@@ -14,10 +15,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..ops import operator
+from ..ops import operator, pages, workflows
 from ..store.base import Store
 from ..values.budget import Budget
-from . import workflows
 from .auth import Forbidden, api_caller, api_operator
 from .config import Principal
 
@@ -110,25 +110,92 @@ class FinishBody(_Body):
 # --- tasks --------------------------------------------------------------------------------------------------------
 
 
-@router.get("/tasks", tags=["tasks"], summary="Tasks, newest first")
+Limit = Annotated[int, Query(ge=1, le=pages.MAX_PAGE, description="Rows on the page")]
+Cursor = Annotated[str | None, Query(description="The `next` of the page before")]
+Since = Annotated[str | None, Query(description="Updated after: ISO 8601 time, seconds, or an age (7d)")]
+Until = Annotated[str | None, Query(description="Updated before: ISO 8601 time, seconds, or an age (30d)")]
+
+
+@router.get("/tasks", tags=["tasks"], summary="Tasks, newest first, a page at a time")
 def list_tasks(
     request: Request,
     _: Operator,
     status: Annotated[str | None, Query(description="running, or a terminal status")] = None,
-    limit: Annotated[int, Query(ge=0, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    reason: Annotated[str | None, Query(description="The outcome's reason")] = None,
+    family: Annotated[str | None, Query(description="The task's family")] = None,
+    prefix: Annotated[str | None, Query(max_length=400, description="Task ids that start with this")] = None,
+    updated_after: Since = None,
+    updated_before: Until = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
-    """Tasks with their counters used, limits and left; filter by ``status``, page with ``limit``/``offset``."""
-    rows = operator.task_rows(_store(request), status=status or None, limit=limit, offset=offset)
-    return {"tasks": rows, "limit": limit, "offset": offset}
+    """Tasks with their counters used, limits and left; filters combine; ``next`` is the cursor of the next page
+    (``null`` on the last)."""
+    return pages.task_page(
+        _store(request),
+        status=status or None,
+        reason=reason or None,
+        family=family or None,
+        prefix=prefix or None,
+        updated_after=updated_after or None,
+        updated_before=updated_before or None,
+        cursor=cursor,
+        limit=limit,
+    )
 
 
 @router.get("/tasks/{task_id:path}", tags=["tasks"], summary="One task")
 def show_task(
-    request: Request, _: Operator, task_id: str, limit: Annotated[int | None, Query(ge=0)] = None
+    request: Request,
+    _: Operator,
+    task_id: str,
+    limit: Annotated[int | None, Query(ge=0, le=pages.MAX_PAGE)] = None,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
-    """Counters, budget left, the timeline (last ``limit`` steps), ledger operations, pauses, transitions."""
-    return operator.task_view(_store(request), task_id, limit=limit)
+    """Counters, budget left, the timeline (last ``limit`` steps; ``timeline_next``: the earlier ones), ledger
+    operations, pauses, transitions."""
+    return operator.task_view(_store(request), task_id, limit=limit, cursor=cursor)
+
+
+@router.get("/operations", tags=["operations"], summary="The ledger, newest first, a page at a time")
+def list_operations(
+    request: Request,
+    _: Operator,
+    state: Annotated[str | None, Query(description="unknown, committed or not_committed")] = None,
+    task_id: Annotated[str | None, Query(max_length=400)] = None,
+    prefix: Annotated[str | None, Query(max_length=400)] = None,
+    updated_after: Since = None,
+    updated_before: Until = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Operations with their task, tool, state, result (redacted) and times; ``state=unknown`` lists the writes to
+    reconcile."""
+    return pages.operation_page(
+        _store(request),
+        state=state or None,
+        task_id=task_id or None,
+        prefix=prefix or None,
+        updated_after=updated_after or None,
+        updated_before=updated_before or None,
+        cursor=cursor,
+        limit=limit,
+    )
+
+
+@router.get("/transitions", tags=["tasks"], summary="Operators' transitions, newest first, a page at a time")
+def list_transitions(
+    request: Request,
+    _: Operator,
+    task_id: Annotated[str | None, Query(max_length=400)] = None,
+    kind: Annotated[str | None, Query(description="resume, recover, reconcile, confirm, correct or stop")] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Who did what to which task, why and when (redacted)."""
+    return pages.transition_page(
+        _store(request), task_id=task_id or None, kind=kind or None, cursor=cursor, limit=limit
+    )
 
 
 @router.post("/tasks/{task_id:path}/stop", tags=["tasks"], summary="Set the stop mark")
@@ -167,10 +234,17 @@ def reconcile(request: Request, who: Operator, operation_id: str, body: Reconcil
 # --- pauses -------------------------------------------------------------------------------------------------------
 
 
-@router.get("/pauses", tags=["pauses"], summary="Pauses waiting for a decision")
-def list_pauses(request: Request, _: Operator) -> dict[str, Any]:
-    """Pending pauses, oldest first, with their calls (arguments redacted) and their task's counters."""
-    return {"pauses": operator.pending_pauses(_store(request))}
+@router.get("/pauses", tags=["pauses"], summary="Pauses waiting for a decision, a page at a time")
+def list_pauses(
+    request: Request,
+    _: Operator,
+    status: Annotated[str, Query(description="pending (the default), decided or resumed")] = "pending",
+    task_id: Annotated[str | None, Query(max_length=400)] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Pauses, oldest first, with their calls (arguments redacted) and their task's counters."""
+    return pages.pause_page(_store(request), status=status, task_id=task_id or None, cursor=cursor, limit=limit)
 
 
 @router.get("/pauses/{pause_id:path}", tags=["pauses"], summary="One pause")

@@ -23,7 +23,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
-from ..ops import operator
+from ..ops import measures, operator, pages
 from ..store.base import Store
 from ..values.errors import InputError, LoopguardError
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, Forbidden, check_csrf, console_session
@@ -87,7 +87,7 @@ def _config(request: Request) -> ServerConfig:
 
 def _page(request: Request, name: str, session: Session | None, status_code: int = 200, **context: Any) -> Response:
     notes = _sessions(request).take_notes(request.cookies.get(SESSION_COOKIE)) if session else []
-    inbox = len(operator.pending_pauses(_store(request))) if session else 0
+    inbox = measures.pending_count(_store(request)) if session else 0
     return templates.TemplateResponse(
         request,
         name,
@@ -181,34 +181,50 @@ async def logout(request: Request, session: Session = Console) -> Response:
 
 
 @router.get("/", response_class=HTMLResponse)
-def inbox(request: Request, session: Session = Console) -> Response:
-    """The approvals inbox: every pending call, its redacted arguments, its task's counters and budget left."""
-    return _page(request, "inbox.html", session, pauses=operator.pending_pauses(_store(request)))
+def inbox(request: Request, cursor: str = "", session: Session = Console) -> Response:
+    """The approvals inbox: the pending calls (oldest first, a page at a time), their redacted arguments, their
+    task's counters and budget left."""
+    page = pages.pause_page(_store(request), status="pending", cursor=cursor or None, limit=PAGE_SIZE)
+    return _page(request, "inbox.html", session, pauses=page["pauses"], next=page["next"], cursor=cursor)
 
 
 @router.get("/tasks", response_class=HTMLResponse)
-def tasks(request: Request, status: str = "", page: int = 1, session: Session = Console) -> Response:
-    """Tasks, newest first, filtered by status, 50 a page."""
-    page = max(1, page)
-    rows = operator.task_rows(
-        _store(request), status=status or None, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE
+def tasks(
+    request: Request,
+    status: str = "",
+    family: str = "",
+    prefix: str = "",
+    cursor: str = "",
+    session: Session = Console,
+) -> Response:
+    """Tasks, newest first, filtered by status, family and id prefix, a page of 50 at a time ("next page")."""
+    page = pages.task_page(
+        _store(request),
+        status=status or None,
+        family=family or None,
+        prefix=prefix or None,
+        cursor=cursor or None,
+        limit=PAGE_SIZE,
     )
     return _page(
         request,
         "tasks.html",
         session,
-        rows=rows[:PAGE_SIZE],
-        more=len(rows) > PAGE_SIZE,
-        page=page,
+        rows=page["tasks"],
+        next=page["next"],
+        cursor=cursor,
         status=status,
-        statuses=operator.TASK_STATUSES,
+        family=family,
+        prefix=prefix,
+        statuses=pages.TASK_STATUSES,
     )
 
 
 @router.get("/tasks/{task_id:path}", response_class=HTMLResponse)
-def task(request: Request, task_id: str, session: Session = Console) -> Response:
-    """One task: counters against limits, stop and recover forms, timeline, ledger with reconcile forms."""
-    view = operator.task_view(_store(request), task_id, limit=TIMELINE_SHOWN)
+def task(request: Request, task_id: str, cursor: str = "", session: Session = Console) -> Response:
+    """One task: counters against limits, stop and recover forms, timeline (a page, "earlier steps"), ledger with
+    reconcile forms."""
+    view = operator.task_view(_store(request), task_id, limit=TIMELINE_SHOWN, cursor=cursor or None)
     return _page(request, "task.html", session, view=view, t=view["task"])
 
 

@@ -1,14 +1,19 @@
-"""``GET /metrics``: the store's state in the Prometheus text format (``prometheus_client``), read at each scrape.
+"""``GET /metrics``: the store's figures in the Prometheus text format (``prometheus_client``), read at each scrape.
 
-The workers that run agents are other processes; what they did is in the store, so the numbers come from it, at
-scrape time, through the store's public reads (nothing is counted in the server's memory but its own store reads):
+The workers that run agents are other processes; what they did is in the store. A scrape asks the operations layer
+(:func:`agents_loopguard.ops.measures.measures`) once: the store answers from counters it keeps as tasks end and from
+indexed counts, so a scrape costs the same on a thousand tasks or on millions, and the labels come from a bounded
+set (a task's family, status and outcome reason; never a task id or free text):
 
-- ``loopguard_tasks{status, reason}``: tasks by their current status and the reason of their outcome (``running``
-  has no reason); a recovered task moves back to running, so this is a gauge, not a counter.
-- ``loopguard_refusals_total{reason}``: calls the guard refused before they ran, by rule (from the trace).
+- ``loopguard_tasks{family, status, reason}``: tasks by family, current status and the reason of their outcome
+  (``running`` has no reason); a recovered task moves back to running, so this is a gauge, not a counter.
+- ``loopguard_refusals_total{family, reason}``: calls the guard refused before they ran, by rule (counted as they
+  were recorded: a prune of old traces leaves it).
 - ``loopguard_pauses_pending`` and ``loopguard_pause_oldest_age_seconds``: approvals waiting, and for how long.
+- ``loopguard_unknown_writes`` and ``loopguard_unknown_write_oldest_age_seconds``: writes whose effect is unknown
+  (each blocks its task until reconciled), and how long the oldest has waited.
 - ``loopguard_budget_used{family, counter, status}`` and ``loopguard_budget_limit{...}``: model turns and tool
-  executions used and allowed, summed per task family (:func:`task_family`), for running and for ended tasks.
+  executions used and allowed, summed per task family, for running and for ended tasks.
 - ``loopguard_store_read_seconds{read}``: a histogram of how long the store's reads took, as this server saw them.
 
 It needs a token with the ``metrics`` scope (``prom:metrics:<secret>``, which can read nothing else) or an operator
@@ -25,11 +30,9 @@ token: task families and counts are operational data, and a scraper should not h
 
 from __future__ import annotations
 
-import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
@@ -37,7 +40,9 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..ops.measures import measures
 from ..store.base import Store
+from ..values.families import task_family
 from .auth import api_metrics
 from .config import Principal
 
@@ -47,33 +52,14 @@ router = APIRouter()
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text exposition format's media type."""
-T = TypeVar("T")
-_TRAILING_ID = re.compile(r"[-_.]?[0-9a-f]*[0-9][0-9a-f]*$")
-
-
-def task_family(task_id: str) -> str:
-    """The family a task's counters are summed in: its id up to the first ``:`` or ``/``, without a trailing number
-    or hex id (so the metric has a label per kind of task, not per task).
-
-    >>> [task_family(t) for t in ("orders-sync:evt-1", "tenant-a/ticket-5", "ticket-981", "task-3f2a9c1b0e4d")]
-    ['orders-sync', 'tenant-a', 'ticket', 'task']
-    """
-    head = re.split(r"[:/]", task_id, maxsplit=1)[0]
-    return _TRAILING_ID.sub("", head) or head
+_BUDGETS = (("model_turns", "models", "model_turns"), ("tool_executions", "tools", "tool_executions"))
 
 
 class StoreCollector(Collector):
-    """Collects the metrics from ``store`` at each scrape (see the module); ``family`` groups the budget sums."""
+    """Collects the metrics of ``store`` at each scrape, through the operations layer (see the module)."""
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        family: Callable[[str], str] = task_family,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.family = family
         self.clock = clock
         self.registry = CollectorRegistry()
         self.reads = Histogram(
@@ -85,68 +71,59 @@ class StoreCollector(Collector):
         )
         self.registry.register(self)
 
-    def _read(self, name: str, read: Callable[[], T]) -> T:
-        with self.reads.labels(name).time():
-            return read()
-
     def collect(self) -> Iterator[Metric]:
-        """The metric families, read from the store now."""
-        tasks = self._read("tasks", self.store.tasks)
-        yield self._tasks(tasks)
-        refused: Counter[str] = Counter()
-        for task in tasks:
-            for entry in self._read("trace", lambda t=task.task_id: self.store.trace(t)):  # type: ignore[misc]
-                if entry.result_class.startswith("refused:"):
-                    refused[entry.result_class.removeprefix("refused:")] += 1
+        """The metric families, read from the store now (one call of the operations layer)."""
+        with self.reads.labels("measures").time():
+            figures = measures(self.store, now=self.clock())
+        tasks = GaugeMetricFamily(
+            "loopguard_tasks",
+            "Tasks by family, current status and outcome reason",
+            labels=["family", "status", "reason"],
+        )
+        for group in figures["tasks"]:
+            tasks.add_metric([group["family"], group["status"], group["reason"]], group["tasks"])
+        yield tasks
         refusals = CounterMetricFamily(
-            "loopguard_refusals", "Calls the guard refused before they ran, by rule", labels=["reason"]
+            "loopguard_refusals", "Calls the guard refused before they ran, by rule", labels=["family", "reason"]
         )
-        for reason, count in sorted(refused.items()):
-            refusals.add_metric([reason], count)
+        for row in figures["refusals"]:
+            refusals.add_metric([row["family"], row["reason"]], row["count"])
         yield refusals
-        yield from self._pauses()
-        yield from self._budgets(tasks)
-
-    def _tasks(self, tasks: list[Any]) -> Metric:
-        ended: Counter[tuple[str, str]] = Counter((t.status, str((t.outcome or {}).get("reason") or "")) for t in tasks)
-        family = GaugeMetricFamily(
-            "loopguard_tasks", "Tasks by current status and outcome reason", labels=["status", "reason"]
-        )
-        for (status, reason), count in sorted(ended.items()):
-            family.add_metric([status, reason], count)
-        return family
-
-    def _pauses(self) -> Iterator[Metric]:
-        pending = [p for p in self._read("pauses", self.store.pauses) if p.status == "pending"]
-        now = self.clock()
-        yield GaugeMetricFamily("loopguard_pauses_pending", "Approval pauses waiting for a decision", len(pending))
-        oldest = max((now - p.created_at for p in pending if p.created_at), default=0.0)
+        pauses, unknown = figures["pauses"], figures["unknown_writes"]
+        yield GaugeMetricFamily("loopguard_pauses_pending", "Approval pauses waiting for a decision", pauses["pending"])
         yield GaugeMetricFamily(
-            "loopguard_pause_oldest_age_seconds", "Age of the oldest pending pause (0: none)", max(0.0, oldest)
+            "loopguard_pause_oldest_age_seconds",
+            "Age of the oldest pending pause (0: none)",
+            pauses["oldest_age_seconds"],
         )
+        yield GaugeMetricFamily(
+            "loopguard_unknown_writes", "Writes whose effect is unknown (reconcile them)", unknown["count"]
+        )
+        yield GaugeMetricFamily(
+            "loopguard_unknown_write_oldest_age_seconds",
+            "Age of the oldest write whose effect is unknown (0: none)",
+            unknown["oldest_age_seconds"],
+        )
+        yield from _budgets(figures["tasks"])
 
-    def _budgets(self, tasks: list[Any]) -> Iterator[Metric]:
-        used: Counter[tuple[str, str, str]] = Counter()
-        limit: Counter[tuple[str, str, str]] = Counter()
-        for task in tasks:
-            status = "running" if task.status == "running" else "ended"
-            family = self.family(task.task_id)
-            for counter, spent, allowed in (
-                ("model_turns", task.used.models, task.budget.model_turns),
-                ("tool_executions", task.used.tools, task.budget.tool_executions),
-            ):
-                used[(family, counter, status)] += spent
-                limit[(family, counter, status)] += allowed
-        labels = ["family", "counter", "status"]
-        spent_family = GaugeMetricFamily("loopguard_budget_used", "Budget used, summed per task family", labels=labels)
-        limit_family = GaugeMetricFamily(
-            "loopguard_budget_limit", "Budget allowed, summed per task family", labels=labels
-        )
-        for key in sorted(limit):
-            spent_family.add_metric(list(key), used[key])
-            limit_family.add_metric(list(key), limit[key])
-        yield spent_family
-        yield limit_family
+
+def _budgets(groups: list[dict[str, Any]]) -> Iterator[Metric]:
+    used: dict[tuple[str, str, str], int] = {}
+    limit: dict[tuple[str, str, str], int] = {}
+    for group in groups:
+        status = "running" if group["status"] == "running" else "ended"
+        for counter, spent, allowed in _BUDGETS:
+            key = (group["family"], counter, status)
+            used[key] = used.get(key, 0) + group[spent]
+            limit[key] = limit.get(key, 0) + group[allowed]
+    labels = ["family", "counter", "status"]
+    spent_family = GaugeMetricFamily("loopguard_budget_used", "Budget used, summed per task family", labels=labels)
+    limit_family = GaugeMetricFamily("loopguard_budget_limit", "Budget allowed, summed per task family", labels=labels)
+    for key in sorted(limit):
+        spent_family.add_metric(list(key), used[key])
+        limit_family.add_metric(list(key), limit[key])
+    yield spent_family
+    yield limit_family
 
 
 def exposition(collector: StoreCollector) -> str:
@@ -156,6 +133,6 @@ def exposition(collector: StoreCollector) -> str:
 
 @router.get("/metrics", tags=["server"], summary="Prometheus metrics (a metrics or operator token)")
 def metrics(request: Request, _: Principal = Depends(api_metrics)) -> Response:  # noqa: B008 - FastAPI's idiom
-    """The store's state in the Prometheus text format, read now (see :mod:`agents_loopguard.server.metrics`)."""
+    """The store's figures in the Prometheus text format, read now (see :mod:`agents_loopguard.server.metrics`)."""
     collector: StoreCollector = request.app.state.metrics
     return Response(exposition(collector), media_type=CONTENT_TYPE)

@@ -22,6 +22,7 @@ from ..values.budget import Budget
 from ..values.canonical import redact
 from ..values.errors import InputError, NotFoundError, StateError, StoreError
 from ..values.outcome import Reason, Usage
+from .queries import Queries
 
 __all__ = [
     "MAX_CHAIN_WALK",
@@ -188,6 +189,8 @@ class TaskSnapshot:
     """The stored recovery record of the terminal outcome, if any."""
     created_at: float = 0.0
     updated_at: float = 0.0
+    family: str = ""
+    """The family its metrics are summed under (:mod:`agents_loopguard.values.families`)."""
     created: bool = field(default=False, compare=False)
     """From :meth:`Store.ensure_task`: True when this call created the task."""
     requested: Budget | None = field(default=None, compare=False)
@@ -364,16 +367,20 @@ class TransitionRecord:
         )
 
 
-class Store(abc.ABC):
-    """The persistence interface of the guard. Every method is atomic."""
+class Store(Queries, abc.ABC):
+    """The persistence interface of the guard. Every method is atomic; the operators' pages, the metrics' tallies
+    and the prune are :class:`~agents_loopguard.store.queries.Queries`'."""
 
     # --- tasks and counters -----------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
+    def ensure_task(
+        self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0, family: str | None = None
+    ) -> TaskSnapshot:
         """Create the task with this budget if it does not exist; return it. An existing task keeps its budget: the
         snapshot then carries the ``budget`` asked for in ``requested`` when it differs (``created`` says whether
-        this call created the task), so the caller can say so."""
+        this call created the task), so the caller can say so. A new task's ``family`` is the one given, else the
+        one :func:`~agents_loopguard.values.families.task_family` derives from its id; it never changes."""
 
     @abc.abstractmethod
     def task(self, task_id: str) -> TaskSnapshot | None:
@@ -387,7 +394,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def tasks(self) -> list[TaskSnapshot]:
-        """Every task, oldest first."""
+        """Every task, oldest first (reads them all: the operators' views page with :meth:`task_page`)."""
 
     @abc.abstractmethod
     def reserve_turn(self, task_id: str, *, now: float = 0.0) -> Grant:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..values.budget import Budget
+from ..values.families import check_family, task_family
 from ..values.outcome import Reason, Usage
 from .base import (
     MAX_CHAIN_WALK,
@@ -32,6 +33,7 @@ from .base import (
     ensured,
     operator_text,
 )
+from .memory_queries import MemoryQueries
 from .rules import (
     check_answer,
     check_claim,
@@ -79,6 +81,9 @@ class _Task:
     seen: set[str] = field(default_factory=set)
     tool_runs: dict[str, int] = field(default_factory=dict)
     """tool -> executions in the task (counted for the reservations that name a ``tool_limit``)."""
+    family: str = ""
+    refused: dict[str, int] = field(default_factory=dict)
+    """reason -> calls refused, counted as the refusals are recorded (the trace keeps only the last entries)."""
 
     @property
     def used(self) -> Usage:
@@ -96,11 +101,15 @@ class _Task:
             outcome=copy.deepcopy(self.outcome),
             created_at=self.created_at,
             updated_at=self.updated_at,
+            family=self.family,
         )
 
     def append(self, entry: TraceEntry) -> None:
         self.trace.append(entry)
         self.traced += 1
+        if entry.result_class.startswith("refused:"):
+            reason = entry.result_class.removeprefix("refused:")
+            self.refused[reason] = self.refused.get(reason, 0) + 1
 
     def advance(self, revision: int) -> None:
         """Raise the revision: the repetition counts of the old one can never be read again."""
@@ -108,7 +117,7 @@ class _Task:
         self.repeats.clear()
 
 
-class MemoryStore(Store):
+class MemoryStore(MemoryQueries, Store):
     """A :class:`~agents_loopguard.store.base.Store` in a dict, for one process.
 
     What it keeps per task is bounded, so a long-lived process does not grow with the length of its tasks:
@@ -149,6 +158,11 @@ class MemoryStore(Store):
         self._pauses: dict[str, PauseRecord] = {}
         self._transitions: list[TransitionRecord] = []
         self._steps: dict[tuple[str, str], StepRecord] = {}
+        self._pruned_refusals: dict[tuple[str, str], int] = {}
+        """(family, reason) -> refusals of the tasks pruned since (the counter never goes back)."""
+        self._activation_times: dict[str, float] = {}
+        """activation id -> when it was recorded (a prune removes old ones)."""
+        """(family, reason) -> refusals of the tasks pruned since (the counter never goes back)."""
 
     def _task(self, task_id: str) -> _Task:
         try:
@@ -158,13 +172,16 @@ class MemoryStore(Store):
 
     # tasks and counters
 
-    def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
+    def ensure_task(
+        self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0, family: str | None = None
+    ) -> TaskSnapshot:
         with self._lock:
             task = self._tasks.get(task_id)
             created = task is None
             if task is None:
                 trace: deque[TraceEntry] = deque(maxlen=self.trace_limit)
-                task = _Task(task_id, budget, revision, now, trace, updated_at=now)
+                named = check_family(family) or task_family(task_id)
+                task = _Task(task_id, budget, revision, now, trace, updated_at=now, family=named)
                 self._tasks[task_id] = task
             return ensured(task.snapshot(), budget, created=created)
 
@@ -490,6 +507,7 @@ class MemoryStore(Store):
                 None if granted else Reason.TRIGGER_CHAIN,
             )
             self._activations[activation_id] = record
+            self._activation_times[activation_id] = now
             return record
 
     def _activation_that_wrote(self, operation_id: str | None) -> Activation | None:

@@ -113,6 +113,7 @@ def _reset_script(conn: Any, schema: str) -> str:
         return list(conn.execute(query, (schema,)).fetchall())
 
     tables = [t for (t,) in rows("SELECT table_name FROM information_schema.tables WHERE table_schema = %s")]
+    tables.sort(key=lambda t: t in ("loopguard_tallies", "loopguard_refusals"))  # last: the triggers write them
     sequences = [
         q for (q,) in rows("SELECT sequence_name FROM information_schema.sequences WHERE sequence_schema = %s")
     ]

@@ -138,10 +138,10 @@ TASK = f"""
     WITH i AS (
       INSERT INTO {T} (task_id, model_turns, tool_executions, deadline, cost_limit, input_token_limit,
         output_token_limit, total_token_limit, models, tools, cost, input_tokens, output_tokens,
-        revision, stalled, status, trace_seq, created_at, updated_at)
+        revision, stalled, status, trace_seq, created_at, updated_at, family)
       VALUES (:task_id, :model_turns, :tool_executions, :deadline, :cost_limit, :input_token_limit,
         :output_token_limit, :total_token_limit, 0, 0, 0.0, 0, 0,
-        :revision, 0, 'running', 0, :now, :now)
+        :revision, 0, 'running', 0, :now, :now, :family)
       ON CONFLICT (task_id) DO NOTHING
       RETURNING *)
     SELECT *, true AS created FROM i
@@ -150,7 +150,7 @@ TASK = f"""
 
 FINISH = f"""
     WITH u AS (
-      UPDATE {T} SET outcome = :outcome, status = :status, updated_at = :now
+      UPDATE {T} SET outcome = :outcome, status = :status, reason = :reason, updated_at = :now
       WHERE task_id = :task_id AND outcome IS NULL
       RETURNING outcome)
     SELECT outcome FROM u

@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ...values.errors import NotFoundError, StoreError
 from .tables import METADATA, meta
+from .tallies import create_triggers
 
 __all__ = [
     "HEAD_REVISION",
@@ -37,7 +38,7 @@ __all__ = [
     "survey",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version of the tables in :mod:`.tables`; a database that carries another one is refused with a message."""
 MIGRATE_COMMAND = "loopguard migrate"
 """The command that brings a store of an older version to :data:`SCHEMA_VERSION`."""
@@ -73,13 +74,28 @@ class Survey:
         return not self.tables
 
 
+_ELSEWHERE = (
+    "SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE current_schema() = 'public' "
+    "AND table_schema NOT IN ('public', 'information_schema') AND left(table_schema, 3) <> 'pg_' "
+    "ORDER BY 1 LIMIT 6"
+)
+"""PostgreSQL: the tables of the database's other schemas, read when the store would use ``public``."""
+
+
 def survey(conn: Connection) -> Survey:
-    """The tables the database holds and the schema version it carries (two reads, no change)."""
+    """The tables the database holds and the schema version it carries (a few reads, no change).
+
+    On PostgreSQL, a store that would live in ``public`` (no schema of its own on the ``search_path``) counts the
+    tables of the database's other schemas too: a database whose tables live in ``app`` is an application's
+    database, refused like one whose tables are in ``public``, never stamped (a store in a schema of its own is
+    never refused for what other schemas hold)."""
     if conn.dialect.name == "postgresql":
         listing = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
     else:
         listing = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
     tables = tuple(sorted(str(name) for (name,) in conn.exec_driver_sql(listing)))
+    if not tables and conn.dialect.name == "postgresql":
+        tables = tuple(str(name) for (name,) in conn.exec_driver_sql(_ELSEWHERE))
     if meta.name not in tables:
         return Survey(None, tables)
     value = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
@@ -96,7 +112,7 @@ def refuse_unless_empty(found: Survey, *, name: str, where: str, create: bool) -
         raise StoreError(
             f"{name}: {where} is not a loopguard store: it holds other tables ({shown}) and no loopguard_meta; "
             "nothing was changed. Point the store at a loopguard store, an empty database, or (PostgreSQL) a schema "
-            "of its own"
+            "of its own (CREATE SCHEMA loopguard, then ?options=-csearch_path%3Dloopguard in the URL)"
         )
     if not create:
         raise NotFoundError(f"no loopguard store at {where}")
@@ -120,6 +136,7 @@ def create_schema(conn: Connection, *, name: str, where: str, begin_exclusive: C
         if found.version is None:
             refuse_unless_empty(found, name=name, where=where, create=True)
             METADATA.create_all(conn, checkfirst=True)
+            create_triggers(conn)
             insert = pg.insert if postgres else lite.insert
             version = insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION))
             conn.execute(version.on_conflict_do_nothing(index_elements=["key"]))

@@ -114,6 +114,7 @@ class Statements:
                 trace_seq=0,
                 created_at=p("now"),
                 updated_at=p("now"),
+                family=p("family"),
             )
             .on_conflict_do_nothing(index_elements=["task_id"])
         )
@@ -272,13 +273,13 @@ class Statements:
         self.finish = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"), t.c.outcome.is_(None))
-            .values(outcome=p("outcome"), status=p("status"), updated_at=p("now"))
+            .values(outcome=p("outcome"), status=p("status"), reason=p("reason"), updated_at=p("now"))
             .returning(t.c.outcome)
         )
         self.outcome = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"))
-            .values(outcome=p("outcome"), status=p("status"), updated_at=p("now"))
+            .values(outcome=p("outcome"), status=p("status"), reason=p("reason"), updated_at=p("now"))
         )
 
     def _ledger(self) -> None:
@@ -462,7 +463,9 @@ class Statements:
             sa.insert(tn).values({col.name: p(col.name) for col in tn.c if col.name != "ordinal"})
         )
         self.reopen = c(
-            sa.update(t).where(t.c.task_id == p("task_id")).values(outcome=None, status="running", updated_at=p("now"))
+            sa.update(t)
+            .where(t.c.task_id == p("task_id"))
+            .values(outcome=None, status="running", reason=None, updated_at=p("now"))
         )
         self.recover = c(
             sa.update(t)
@@ -476,6 +479,7 @@ class Statements:
                 stop_reason=sa.case((p("clear_stop", type_=sa.Boolean), None), else_=t.c.stop_reason),
                 outcome=None,
                 status="running",
+                reason=None,
                 updated_at=p("now"),
             )
         )

@@ -14,6 +14,7 @@ from sqlalchemy.dialects import sqlite as lite
 from sqlalchemy.engine import URL
 
 from ...values.budget import Budget
+from ...values.families import check_family, task_family
 from ...values.outcome import Usage
 from ..base import (
     Activation,
@@ -37,6 +38,7 @@ from ..base import (
 from ..rules import check_tokens, progressed, unknown_step
 from .connection import Database
 from .postgres import PostgresSteps
+from .queries import SQLQueries
 from .sqlite import SQLiteSteps
 from .statements import fetch_all, fetch_one, statements_for
 from .tables import (
@@ -62,6 +64,12 @@ def _tool_limit(limit: tuple[str, int] | None) -> dict[str, Any]:
     return {"limit_tool": name, "tool_max": allowed}
 
 
+def _reason(record: dict[str, Any]) -> str | None:
+    """The reason of a recovery record, as the task row keeps it for its pages and tallies."""
+    reason = record.get("reason")
+    return None if reason is None else str(reason)
+
+
 def _flush_quietly(db: Database) -> None:
     """Write what a store left deferred when it is collected or the interpreter exits (best effort: trace rows)."""
     with contextlib.suppress(Exception):
@@ -69,7 +77,7 @@ def _flush_quietly(db: Database) -> None:
             db.flush()
 
 
-class SQLStore(Store):
+class SQLStore(SQLQueries, Store):
     """A :class:`~agents_loopguard.store.base.Store` in a SQLite file or a PostgreSQL database, shared by workers.
 
     ``url`` is a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``, which needs the
@@ -121,7 +129,8 @@ class SQLStore(Store):
         self._steps: SQLiteSteps = PostgresSteps(self._st) if postgres else SQLiteSteps(self._st)
         weakref.finalize(self, _flush_quietly, self._db)  # deferred trace rows are written at exit or collection
         self._known: set[str] = set()
-        """Tasks this store created or found (tasks are never deleted): trace rows of theirs can be deferred."""
+        """Tasks this store created or found: trace rows of theirs can be deferred (a prune removes only tasks that
+        ended long ago, and a task run again is created again before its first trace row)."""
         self._progress: dict[str, tuple[int, int, Usage]] = {}
         """Task -> (revision, stalled, counters) as this store's last reservation on it read them, until a result
         uses them: one read's result per reservation is answered from them and written with the next step (see
@@ -177,8 +186,11 @@ class SQLStore(Store):
 
     # --- tasks and counters -------------------------------------------------------------------------------------------
 
-    def ensure_task(self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0) -> TaskSnapshot:
-        params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now}
+    def ensure_task(
+        self, task_id: str, budget: Budget, *, revision: int = 0, now: float = 0.0, family: str | None = None
+    ) -> TaskSnapshot:
+        named = check_family(family) or task_family(task_id)
+        params = {"task_id": task_id, **budget_params(budget), "revision": revision, "now": now, "family": named}
         task, created = self._db.step(lambda cur: self._steps.ensure_task(cur, params), task=task_id)
         self._known.add(task_id)
         return ensured(task, budget, created=created)
@@ -447,7 +459,7 @@ class SQLStore(Store):
 
     def finish(self, task_id: str, record: dict[str, Any], *, now: float = 0.0) -> dict[str, Any]:
         status = str(record.get("status", "stopped"))
-        params = {"task_id": task_id, "outcome": dumps(record), "status": status, "now": now}
+        params = {"task_id": task_id, "outcome": dumps(record), "status": status, "reason": _reason(record), "now": now}
         return self._db.step(lambda cur: self._steps.finish(cur, params), durable=True, task=task_id)
 
     # --- workflow re-entry --------------------------------------------------------------------------------------------
@@ -498,6 +510,7 @@ class SQLStore(Store):
             "now": now,
             "outcome": dumps(outcome),
             "status": str(outcome.get("status", "needs_human")),
+            "reason": _reason(outcome),
         }
         return self._db.write(lambda cur: self._steps.save_pause(cur, params), durable=True)
 

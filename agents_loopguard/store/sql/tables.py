@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Integer, Table, Text
+from sqlalchemy import BigInteger, Index, Integer, Table, Text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
@@ -34,9 +34,11 @@ __all__ = [
     "MetaRow",
     "OperationRow",
     "PauseRow",
+    "RefusalRow",
     "RepetitionRow",
     "SeenRow",
     "StepRow",
+    "TallyRow",
     "TaskRow",
     "ToolRunRow",
     "TraceRow",
@@ -71,11 +73,22 @@ class MetaRow(_Table, table=True):
     value: str
 
 
+def _pages(table: str, *keys: str, order: tuple[str, str] = ("created_at", "task_id")) -> tuple[Index, ...]:
+    """The indexes an operator's page reads: the list's order, and each filter then that order (R22)."""
+    return (
+        Index(f"ix_{table}_{order[0]}", *order),
+        *(Index(f"ix_{table}_{key}", key, *order) for key in keys),
+    )
+
+
 class TaskRow(_Table, table=True):
-    """A task: its limits, counters, progress, stop mark and terminal outcome (the recovery record, as JSON)."""
+    """A task: its limits, counters, progress, stop mark and terminal outcome (the recovery record, as JSON).
+
+    Its pages are read in creation order (``created_at``, ``task_id``: neither changes while the task runs, so a
+    turn updates no page index) by status, reason or family."""
 
     __tablename__ = "loopguard_tasks"
-    __table_args__ = _COMPACT
+    __table_args__ = (*_pages("loopguard_tasks", "status", "reason", "family"), _COMPACT)
     task_id: str = Field(primary_key=True)
     model_turns: int = _big()
     tool_executions: int = _big()
@@ -98,13 +111,17 @@ class TaskRow(_Table, table=True):
     """The sequence number of the task's last trace entry (taken under the task row's lock)."""
     created_at: float = 0.0
     updated_at: float = 0.0
+    family: str = Field(default="other", max_length=40)
+    """The family its metrics are summed under (:mod:`agents_loopguard.values.families`); never changes."""
+    reason: str | None = None
+    """The reason of its outcome (None while it has none), for the pages and the tallies."""
 
 
 class OperationRow(_Table, table=True):
     """The ledger: one business operation, unique by its id."""
 
     __tablename__ = "loopguard_operations"
-    __table_args__ = _COMPACT
+    __table_args__ = (*_pages("loopguard_operations", "state", order=("created_at", "operation_id")), _COMPACT)
     operation_id: str = Field(primary_key=True)
     task_id: str = Field(index=True)
     tool: str
@@ -185,6 +202,7 @@ class ActivationRow(_Table, table=True):
     """One activation of a workflow and its place in a re-entry chain."""
 
     __tablename__ = "loopguard_activations"
+    __table_args__ = (Index("ix_loopguard_activations_created_at", "created_at"),)
     ordinal: int | None = Field(default=None, primary_key=True)
     activation_id: str = Field(unique=True)
     flow: str = Field(index=True)
@@ -200,6 +218,7 @@ class PauseRow(_Table, table=True):
     """An approval pause: the serialized run state with the task's budget and counters at that moment."""
 
     __tablename__ = "loopguard_pauses"
+    __table_args__ = _pages("loopguard_pauses", "status", order=("created_at", "pause_id"))
     ordinal: int | None = Field(default=None, primary_key=True)
     pause_id: str = Field(unique=True)
     task_id: str = Field(index=True)
@@ -233,6 +252,7 @@ class TransitionRow(_Table, table=True):
     """An explicit, recorded step that reopened a finished task."""
 
     __tablename__ = "loopguard_transitions"
+    __table_args__ = _pages("loopguard_transitions", order=("at", "transition_id"))
     ordinal: int | None = Field(default=None, primary_key=True)
     transition_id: str = Field(unique=True)
     task_id: str = Field(index=True)
@@ -245,6 +265,36 @@ class TransitionRow(_Table, table=True):
     decisions: str = Field(default="{}", sa_type=Text)
     budget_delta: str = Field(default="{}", sa_type=Text)
     operation_id: str | None = None
+
+
+class TallyRow(_Table, table=True):
+    """The ended tasks of a family, status and reason, with their budgets summed: kept by triggers on the task
+    table as tasks end, reopen and are pruned, in the same transaction (the metrics read these rows, never every
+    task). ``shard`` spreads one group over a few rows so workers that end tasks at once rarely wait on one row."""
+
+    __tablename__ = "loopguard_tallies"
+    __table_args__ = _COMPACT
+    family: str = Field(primary_key=True, max_length=40)
+    status: str = Field(primary_key=True)
+    reason: str = Field(primary_key=True)
+    shard: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    tasks: int = _big(default=0)
+    models: int = _big(default=0)
+    model_turns: int = _big(default=0)
+    tools: int = _big(default=0)
+    tool_executions: int = _big(default=0)
+
+
+class RefusalRow(_Table, table=True):
+    """Calls refused before they ran, by family and rule: counted by a trigger as the refusal is recorded (a prune
+    of the trace leaves the count as it was)."""
+
+    __tablename__ = "loopguard_refusals"
+    __table_args__ = _COMPACT
+    family: str = Field(primary_key=True, max_length=40)
+    reason: str = Field(primary_key=True)
+    shard: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    count: int = _big(default=0)
 
 
 def _table(model: type[SQLModel]) -> Table:
@@ -263,6 +313,8 @@ steps = _table(StepRow)
 acts = _table(ActivationRow)
 pauses = _table(PauseRow)
 trans = _table(TransitionRow)
+tallies = _table(TallyRow)
+refusals = _table(RefusalRow)
 # SQLite makes only an INTEGER PRIMARY KEY an auto-numbered rowid; PostgreSQL gets a serial.
 for _t in (acts, pauses, trans):
     _t.c.ordinal.type = BigInteger().with_variant(Integer(), "sqlite")
@@ -359,6 +411,7 @@ def snapshot(row: Any) -> TaskSnapshot:
         outcome=loads(row["outcome"]),
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
+        family=str(row["family"]),
     )
 
 

@@ -39,11 +39,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..ops.triggers import TriggerGuard
 from ..store.base import Activation, Store
 from ..values.budget import Budget
 from ..values.errors import InputError, NotFoundError, StateError
 from ..values.outcome import Outcome, RecordError
+from .triggers import TriggerGuard
 
 __all__ = ["DEFAULT_BUDGET", "Write", "activation_view", "finish_activation", "start_activation"]
 
