@@ -189,7 +189,7 @@ class GuardedRun(ToolCalls):
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}" if where else str(exc)) from None
 
-    def tool_choice(self, requested: Any) -> Any:
+    def tool_choice(self, requested: Any, *, ahead: int = 0) -> Any:
         """The ``tool_choice`` to send with a request that offers tools (R12): once no work remains, whatever was
         asked becomes ``release`` (``"none"`` by default: the model answers; a requested ``"none"`` stays); while
         work remains, a forced function that already ran is sent as ``"auto"`` when ``reset_forced_function``.
@@ -198,8 +198,11 @@ class GuardedRun(ToolCalls):
         >>> run = GuardedRun.start(RunOptions(budget=Budget(model_turns=5, tool_executions=0), store=MemoryStore()))
         >>> run.tool_choice("required"), run.tool_choice("auto"), run.tool_choice(None)
         ('none', 'none', 'none')
+
+        ``ahead=1`` decides for a request whose turn is not reserved yet (an adapter that binds the choice before
+        the request reaches the model's client, where it is reserved).
         """
-        if self.no_work_remains():
+        if self.no_work_remains(ahead=ahead):
             return "none" if requested == "none" else self.release
         name = forced_name(requested)
         if self.reset_forced_function and name is not None and name in self.ran:

@@ -128,6 +128,11 @@ class RunState:
     """id(exception) -> (the exception, kept alive so its id stays its own; its verdict): a tool or model failure
     the guard recorded before the framework re-raised it (see :meth:`recorded_failure`)."""
     cancel_requested: bool = False
+    failures_given_back: bool = False
+    """A tool body's exception goes back to the framework, whose retry layers between the guard and the body may run
+    the body again (each run a new proposal: reserved, a write with an unknown result refused): the failure is
+    recorded at once and reported (ending the run per ``on_refusal``) only when it stands
+    (:meth:`~agents_loopguard.run.tool_calls.ToolCalls.failure_stands`)."""
     _done_turn: int = 0
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -147,6 +152,11 @@ class RunState:
             self.verdict = verdict
         return self.verdict
 
+    def refuse_door(self, detail: str) -> Verdict:
+        """A path the adapter cannot guard was taken: the run ends ``stopped/fatal`` with the fix in ``detail``
+        (fail closed), nothing more runs."""
+        return self.stop(Verdict(Status.STOPPED, Reason.FATAL, detail))
+
     def report(self, verdict: Verdict) -> str:
         """Apply the refusal mode to a verdict about one call; return what the model reads."""
         if self.on_refusal == "continue" and verdict.status is Status.STOPPED and verdict.reason in _CONTINUABLE:
@@ -155,10 +165,13 @@ class RunState:
             self.stop(verdict)
         return refusal_message(verdict)
 
-    def no_work_remains(self) -> bool:
-        """Validated done, or no tool execution left, or no later model turn to read a tool's result."""
+    def no_work_remains(self, *, ahead: int = 0) -> bool:
+        """Validated done, or no tool execution left, or no later model turn to read a tool's result (``ahead``:
+        turns about to be reserved, for a choice made before its request is reserved)."""
         used, budget = self.guard.used, self.guard.budget
-        return self.done is not None or used.tools >= budget.tool_executions or used.models >= budget.model_turns
+        return (
+            self.done is not None or used.tools >= budget.tool_executions or used.models + ahead >= budget.model_turns
+        )
 
     def remaining(self) -> float | None:
         """Seconds left before the task's deadline (``None`` without one): what work in flight may still take."""

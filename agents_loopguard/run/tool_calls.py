@@ -186,7 +186,17 @@ class ToolCalls(RunState):
     def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
         failed = self.guard.fail(ticket, error, reason=reason)
         self.failures[id(error)] = (error, failed)
+        if self.failures_given_back and reason is Reason.EXECUTOR_EXCEPTION:
+            return Executed(message=refusal_message(failed), error=error, verdict=failed)
         return Executed(message=self.report(failed), error=error, verdict=failed)
+
+    def failure_stands(self, executed: Executed) -> str:
+        """A body's failure given back to the framework (``failures_given_back``) that no retry layer overcame:
+        reported now (the run ends per ``on_refusal``); returns what the model reads."""
+        assert executed.verdict is not None, "only a recorded failure stands"
+        if self.verdict is not None:
+            return refusal_message(self.verdict)
+        return self.report(executed.verdict)
 
     def _settled(self, verdict: Verdict, output: Any, *, ran: bool) -> Executed:
         if verdict.status is Status.COMPLETED:
