@@ -42,6 +42,7 @@ class Guarding(Protocol):
     """What the review needs of the guard middleware (:class:`~.LoopGuardMiddleware`)."""
 
     options: LangChainOptions
+    review: Any
 
     def scope(self, state: Mapping[str, Any] | None) -> Scope: ...
 
@@ -88,6 +89,7 @@ class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):
             raise ValueError("the guarded human-in-the-loop middleware supports interrupt_mode='batched' only")
         super().__init__(**options)
         self.guard = guard
+        guard.review = self  # the guard knows its review: LangChain's own beside it is refused
 
     @property
     def name(self) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables.base import RunnableBindingBase
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from pydantic import ConfigDict, PrivateAttr
@@ -46,9 +47,9 @@ from ..run import (
 from ..run.requests import Failed, Send
 from ..values.calls import Call
 from .models import single_attempt
-from .scope import ENDED, Scope, refusal
+from .scope import ENDED, PARENT, Scope, refusal
 
-__all__ = ["GuardedTool", "ModelBody", "ToolBody", "guarded_model", "model_args"]
+__all__ = ["GuardedTool", "ModelBody", "ToolBody", "chat_model_in", "guarded_model", "model_args"]
 
 
 def model_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,7 +109,11 @@ class ToolBody:
 
         def perform(effect: Any) -> Any:
             if isinstance(effect, Execute):
-                sent.append(tool.invoke(input, config, **kwargs))
+                entered = PARENT.set(self.scope)  # an agent invoked by the body joins this run
+                try:
+                    sent.append(tool.invoke(input, config, **kwargs))
+                finally:
+                    PARENT.reset(entered)
                 return _output(sent[-1])
             if isinstance(effect, Sleep):
                 time.sleep(effect.seconds)
@@ -134,7 +139,11 @@ class ToolBody:
 
         async def perform(effect: Any) -> Any:
             if isinstance(effect, Execute):
-                sent.append(await within_deadline(tool.ainvoke(input, config, **kwargs), effect.timeout))
+                entered = PARENT.set(self.scope)  # an agent invoked by the body joins this run
+                try:
+                    sent.append(await within_deadline(tool.ainvoke(input, config, **kwargs), effect.timeout))
+                finally:
+                    PARENT.reset(entered)
                 return _output(sent[-1])
             return await perform_check_async(effect)
 
@@ -285,6 +294,27 @@ def _guarded_class(cls: type) -> type:
         namespace["_loopguard_body"] = PrivateAttr()
         found = _CLASSES[cls] = type(f"Guarded{cls.__name__}", (_Guarded, cls), namespace)
     return found
+
+
+def chat_model_in(model: Any) -> tuple[BaseChatModel, Callable[[BaseChatModel], Any]] | None:
+    """The chat model ``model`` is, or binds (``llm.bind_tools(...)``, ``llm.with_retry()``...: LangChain's
+    ``RunnableBinding`` family), and how to put a copy of it back in its place; ``None``: no chat model inside
+    (``with_fallbacks``, a configurable model).
+
+    >>> from agents_loopguard.langchain.testing import ScriptedChatModel
+    >>> model = ScriptedChatModel(["hi"])
+    >>> chat_model_in(model.with_retry())[0] is model, chat_model_in(model.with_fallbacks([model]))
+    (True, None)
+    """
+    if isinstance(model, BaseChatModel):
+        return model, lambda guarded: guarded
+    bound = getattr(model, "bound", None)
+    if isinstance(model, RunnableBindingBase) and bound is not None:
+        inner = chat_model_in(bound)
+        if inner is not None:
+            found, rebuild = inner
+            return found, lambda guarded: model.model_copy(update={"bound": rebuild(guarded)})
+    return None
 
 
 def guarded_model(model: BaseChatModel, body: ModelBody) -> BaseChatModel:

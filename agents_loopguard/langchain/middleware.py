@@ -26,7 +26,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, hook_config
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -49,15 +49,23 @@ from ..run import (
 from ..run.conversations import next_run_options
 from ..run.requests import Failed
 from ..run.retry import RetryPolicy
+from ..run.state import refusal_message
 from ..values.outcome import Outcome, RecoveryRecord
 from .approvals import GuardedHumanInTheLoop, pause_record
-from .bodies import GuardedTool, ModelBody, ToolBody, guarded_model
+from .bodies import GuardedTool, ModelBody, ToolBody, chat_model_in, guarded_model
 from .models import client_retries, model_name, output_bound, usage_of
 from .options import LangChainFields, LangChainOptions
-from .scope import STATE_KEY, LoopGuardState, Scope, configurable, ended_message, final_output, refusal
+from .scope import PARENT, STATE_KEY, LoopGuardState, Scope, configurable, ended_message, final_output, refusal
 
 __all__ = ["LoopGuardMiddleware", "LoopGuardState", "outcome_of"]
 
+_PLAIN_REVIEW = (
+    "a HumanInTheLoopMiddleware beside LoopGuardMiddleware reviewed these calls outside the guard (its pause and "
+    "the human's decisions are not stored with the task, and its checkpoint could be resumed twice): use "
+    "guard.human_in_the_loop(interrupt_on=...) in its place"
+)
+_REVIEWED = "hitl_edited_tool_calls"
+"""The state key ``HumanInTheLoopMiddleware`` writes whenever it reviewed a model turn's calls (batched mode)."""
 _UNGUARDED_ANSWER = (
     "the model request was answered without the agent's chat model: a middleware listed after "
     "LoopGuardMiddleware replaced the model or answered itself, so its request could not be reserved; list it "
@@ -113,6 +121,18 @@ def _preceding(state: Mapping[str, Any], call_id: str) -> list[str]:
     return []
 
 
+def _approval_asked(error: BaseException) -> bool:
+    """``error`` is LangChain's per-call review interrupting (``HumanInTheLoopMiddleware(interrupt_mode="per_call")``).
+
+    >>> _approval_asked(ValueError("x"))
+    False
+    """
+    if not isinstance(error, GraphInterrupt):
+        return False
+    interrupts = error.args[0] if error.args else ()
+    return any(isinstance(i.value, Mapping) and i.value.get("type") == "tool_approval" for i in interrupts)
+
+
 def _schema_check(tool: Any) -> Callable[[dict[str, Any]], str | None] | None:
     """The tool's own argument schema, checked before the call is authorized (``invalid_call``)."""
     schema = getattr(tool, "tool_call_schema", None)
@@ -153,6 +173,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         self._outcomes: dict[str, Outcome] = {}
         """The last outcome of each task this middleware concluded (with its value and result), by task id."""
         self.tools = []
+        self.review: GuardedHumanInTheLoop | None = None
+        """The guarded review attached to this guard (:meth:`human_in_the_loop`); LangChain's own beside it is
+        refused at its first reviewed call."""
 
     @property
     def name(self) -> str:
@@ -184,7 +207,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
             opts = LangChainOptions.merge(opts, {"task_id": task_id})
         run = GuardedRun.start(opts, reset_forced_function=opts.reset_forced_function)
         run.failures_given_back = True  # the layers between the guard and a tool's body see its exception
-        scope = self._scopes[task_id] = Scope(run, task_id)
+        scope = self._scopes[task_id] = Scope(run, task_id, key=task_id)
+        return scope
+
+    def _join(self, parent: Scope) -> Scope:
+        """The run of an agent invoked inside a guarded tool body: the parent's run, under a key of its own."""
+        key = f"{parent.task_id}~{uuid.uuid4().hex[:12]}"
+        scope = self._scopes[key] = Scope(parent.run, parent.task_id, key=key, nested=True)
         return scope
 
     def _start_thread(self) -> Scope:
@@ -200,6 +229,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
     def scope(self, state: Mapping[str, Any] | None) -> Scope:
         """The run of the invocation that ``state`` belongs to (started here when this process has none: a resume
         in another process continues the task from the store)."""
+        entry = (state or {}).get(STATE_KEY)
+        key = entry.get("scope") if isinstance(entry, Mapping) else None
+        found = self._scopes.get(key) if isinstance(key, str) else None
+        if found is not None:
+            return found
         task_id = self._task_id(state)
         found = self._scopes.get(task_id)
         return found if found is not None else self.start(task_id)
@@ -220,38 +254,47 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
 
     def _entry(self, scope: Scope) -> dict[str, Any]:
         outcome = scope.outcome or scope.run.guard.outcome
-        return {"task_id": scope.task_id, "outcome": outcome.record().to_dict() if outcome is not None else None}
+        entry = {"task_id": scope.task_id, "outcome": outcome.record().to_dict() if outcome is not None else None}
+        return {**entry, "scope": scope.key} if scope.nested else entry
 
     # --- the agent's start and end ---------------------------------------------------------------------------
 
     @hook_config(can_jump_to=["end"])
     def before_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Start this invocation's run; a task that holds answers why and runs nothing."""
-        scope = self._start_thread()
+        """Start this invocation's run (inside a guarded tool body: join the parent's); a task that holds answers
+        why and runs nothing."""
+        parent = PARENT.get()
+        scope = self._join(parent) if parent is not None else self._start_thread()
         update: dict[str, Any] = {STATE_KEY: self._entry(scope)}
-        if scope.run.guard.outcome is not None:
+        if scope.nested and (scope.run.verdict is not None or scope.run.guard.outcome is not None):
+            update.update(messages=[ended_message(scope)], jump_to="end")
+        elif scope.run.guard.outcome is not None:
             scope.outcome = scope.run.guard.outcome
             update.update(messages=[ended_message(scope)], jump_to="end")
             self.release(scope)
         return update
 
     def after_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Conclude the run: the task's one outcome, stored and carried in the state."""
+        """Conclude the run: the task's one outcome, stored and carried in the state (a nested agent's run leaves
+        its parent's task going)."""
         scope = self.scope(state)
-        if scope.outcome is None:
+        if scope.outcome is None and not scope.nested:
             scope.outcome = drive(conclude(scope.run, self._ending(scope, state)), perform_check)
         return self._ended(scope, state)
 
     async def aafter_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         scope = self.scope(state)
-        if scope.outcome is None:
+        if scope.outcome is None and not scope.nested:
             scope.outcome = await adrive(conclude(scope.run, self._ending(scope, state)), perform_check_async)
         return self._ended(scope, state)
 
     def release(self, scope: Scope) -> None:
         """Forget an invocation's run (its outcome stays readable): the next hook of its task starts from the
         store, as a resume in another process would."""
-        self._scopes.pop(scope.task_id, None)
+        if self._scopes.get(scope.key) is scope:
+            del self._scopes[scope.key]
+        if scope.nested:
+            return
         if scope.outcome is not None:
             if len(self._outcomes) > 1024:
                 self._outcomes.clear()
@@ -266,14 +309,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
 
     # --- model requests --------------------------------------------------------------------------------------
 
-    def _facts(self, scope: Scope, request: ModelRequest[Any]) -> tuple[str | None, int | None, RetryPolicy]:
-        model = request.model
-        if not isinstance(model, BaseChatModel):
-            raise ValueError(
-                f"LoopGuardMiddleware guards a chat model's requests at its client; {type(model).__name__} is not "
-                "a BaseChatModel: pass the chat model itself to create_agent (its retries: max_retries= or the "
-                "guard's model_retry=)"
-            )
+    def _facts(
+        self, scope: Scope, request: ModelRequest[Any], model: BaseChatModel
+    ) -> tuple[str | None, int | None, RetryPolicy]:
         facts = scope.models.get(id(model))
         if facts is None or facts[0] is not model or request.model_settings:
             name, bound = model_name(model), output_bound(model, request.model_settings)
@@ -284,7 +322,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
 
     def _guarded_request(self, scope: Scope, request: ModelRequest[Any]) -> tuple[ModelBody, ModelRequest[Any]]:
         """The request handed down: its chat model guarded at the body, its ``tool_choice`` the guard's."""
-        name, bound, retry = self._facts(scope, request)
+        inside = chat_model_in(request.model)
+        if inside is None:
+            raise ValueError(
+                f"LoopGuardMiddleware guards a chat model's requests at its client, and finds no chat model in "
+                f"{type(request.model).__name__}: pass the chat model itself to create_agent (for retries, its "
+                "max_retries= or the guard's model_retry=; one model per agent)"
+            )
+        model, rebuild = inside
+        name, bound, retry = self._facts(scope, request, model)
         requested = request.tool_choice if request.tool_choice is not None else self.options.tool_choice
         choice = scope.run.tool_choice(requested, ahead=1) if request.tools else requested
 
@@ -306,8 +352,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
                 usage=usage_of,
             )
 
-        body = ModelBody(scope, request.model, steps)
-        return body, request.override(model=guarded_model(request.model, body), tool_choice=choice)
+        body = ModelBody(scope, model, steps)
+        return body, request.override(model=rebuild(guarded_model(model, body)), tool_choice=choice)
 
     def _failed(self, scope: Scope, failed: Failed) -> Any:
         """A model request that gave no response: the answer that ends the agent (the run decides why)."""
@@ -404,6 +450,8 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         """The call's guarded body, or the refusal the model reads at once (arguments that are not JSON or do not
         fit the tool, an unknown tool, a run that ended): nothing below the guard runs for it."""
         call, run = request.tool_call, scope.run
+        if self.review is None and isinstance(request.state, Mapping) and _REVIEWED in request.state:
+            return refusal(call, refusal_message(run.refuse_door(_PLAIN_REVIEW)))
         name, call_id = call.get("name") or "", call.get("id")
         spec = self.options.tools.get(name) or ToolSpec(declared=False)
         check = _schema_check(request.tool) if request.tool is not None else None
@@ -422,8 +470,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         assert request.tool is not None
         return request.override(tool=GuardedTool.around(request.tool, body))
 
-    @staticmethod
-    def _tool_raised(scope: Scope, body: ToolBody, error: BaseException) -> ToolMessage:
+    def _tool_raised(self, scope: Scope, body: ToolBody, error: BaseException) -> ToolMessage:
+        if self.review is None and _approval_asked(error):  # LangChain's own review, per call, below the guard
+            return refusal(body.call, refusal_message(scope.run.refuse_door(_PLAIN_REVIEW)))
+        if isinstance(error, GraphBubbleUp):
+            raise error
         if isinstance(error, Exception) and body.raised(error) and body.last is not None:
             return refusal(body.call, scope.run.failure_stands(body.last))
         if not isinstance(error, Exception):
@@ -446,8 +497,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
                     return body
                 try:
                     reply = handler(self._handed_down(request, body))
-                except GraphBubbleUp:
-                    raise
                 except BaseException as exc:
                     return self._tool_raised(scope, body, exc)
                 answer: ToolMessage | Command[Any] = body.answer(reply)
@@ -467,8 +516,6 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
             return body
         try:
             reply = await handler(self._handed_down(request, body))
-        except GraphBubbleUp:
-            raise
         except BaseException as exc:
             return self._tool_raised(scope, body, exc)
         answer: ToolMessage | Command[Any] = body.answer(reply)

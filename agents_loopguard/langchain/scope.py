@@ -7,6 +7,7 @@ the guard, and the messages the guard adds (a refusal the model reads, the answe
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from ..values.outcome import Outcome
 
 __all__ = [
     "ENDED",
+    "PARENT",
     "STATE_KEY",
     "LoopGuardState",
     "Scope",
@@ -65,6 +67,16 @@ class Scope:
     response's order (``served``: the call ids it took)."""
     served: set[str] = field(default_factory=set)
     outcome: Outcome | None = None
+    key: str = ""
+    """How the invocation's hooks find this scope (the agent state carries it): the task id, or for a nested
+    agent's run, a key of its own."""
+    nested: bool = False
+    """The run of an agent invoked inside a guarded tool body: it shares the parent's run (its task, budget, stop
+    mark and ledger) and never concludes the task."""
+
+
+PARENT: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("loopguard_langchain_parent", default=None)
+"""The scope whose tool body is running: an agent invoked inside it (a subagent as a tool) joins that run."""
 
 
 def configurable() -> dict[str, Any]:
@@ -83,11 +95,20 @@ def _text(message: BaseMessage) -> str:
 
 
 def final_output(state: Mapping[str, Any]) -> Any:
-    """The model's final answer in an agent state: its last message, when the model wrote it (not the guard)."""
+    """The model's final answer in an agent state: its last message, when the model wrote it (not the guard), or
+    the structured response it ended with (``response_format=ToolStrategy(...)``: the last message is the tool's).
+
+    >>> final_output({"messages": [AIMessage("It is paid.")]})
+    'It is paid.'
+    """
     messages = state.get("messages") or []
     last = messages[-1] if messages else None
     if isinstance(last, AIMessage) and not last.tool_calls and not last.response_metadata.get(ENDED):
         return _text(last)
+    structured = state.get("structured_response")
+    if isinstance(last, ToolMessage) and structured is not None:
+        dump = getattr(structured, "model_dump", None)
+        return dump(mode="json") if callable(dump) else structured
     return NO_OUTPUT
 
 
