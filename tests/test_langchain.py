@@ -287,18 +287,58 @@ def test_five_outcomes_are_distinct_through_the_fake_chat_model() -> None:
     assert statuses == set(Status)
 
 
-def test_a_task_that_ended_runs_nothing_on_the_same_thread() -> None:
-    """R11: the thread's task is sticky: invoking the thread again returns its outcome and asks nothing."""
+def test_a_task_that_ended_stays_ended_and_the_threads_next_message_is_a_run_of_its_own() -> None:
+    """R11 and issue 26 item 5: the thread's task is sticky (its outcome stands, nothing of it runs again), and a new
+    message on the thread is a run of its own (``<thread>#2``), under what the thread's budget leaves. It used to
+    send nothing and return the user's own message."""
     store = MemoryStore()
-    model = ScriptedChatModel([calls(("search", {"query": "x"}))] * 3 + ["never"])
+    model = ScriptedChatModel([calls(("search", {"query": "x"}))] * 3 + ["Here is what I found."])
     guard = LoopGuardMiddleware(budget=Budget(model_turns=10, tool_executions=10), store=store, tools=DECLARED)
     agent = create_agent(model, tools=[search], middleware=[guard])
-    first = guard.outcome(ask(agent, configurable={"thread_id": "t-sticky"}))
-    asked = len(model.requests)
-    again = guard.outcome(ask(agent, configurable={"thread_id": "t-sticky"}))
-    assert first is not None and again is not None and again.reason is first.reason is Reason.SAME_CALL
-    assert len(model.requests) == asked == 3
-    assert Guard(budget=Budget(10, 10), store=store, task_id="t-sticky").outcome is not None
+    first = ask(agent, configurable={"thread_id": "t-sticky"})
+    assert first["messages"][-1].content.startswith("Stopped by loopguard (stopped/same_call)")  # it says why
+    again = guard.outcome(ask(agent, "what did you find?", configurable={"thread_id": "t-sticky"}))
+    assert again is not None and (again.task_id, again.reason) == ("t-sticky#2", Reason.UNVERIFIED_FINAL)
+    assert again.final_output == "Here is what I found." and len(model.requests) == 4
+    stored = Guard(budget=Budget(10, 10), store=store, task_id="t-sticky").outcome
+    assert stored is not None and stored.reason is Reason.SAME_CALL  # the first task's outcome stands
+    second = store.task("t-sticky#2")
+    assert second is not None and second.budget.model_turns == 7  # 10, less the 3 the first run used
+
+
+def test_a_thread_an_operator_stopped_holds_and_says_why() -> None:
+    """R3: a stop mark set on the thread's task after its run ended holds the thread: the next message runs nothing
+    and is answered with the stop."""
+    store = MemoryStore()
+    model = ScriptedChatModel(["Hello.", "never sent"])
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=5, tool_executions=2), store=store)
+    agent = create_agent(model, tools=[], middleware=[guard])
+    ask(agent, configurable={"thread_id": "t-held"})
+    store.request_stop("t-held", "operator")
+    held = ask(agent, "again", configurable={"thread_id": "t-held"})
+    assert len(model.requests) == 1 and held["messages"][-1].content.startswith("Stopped by loopguard")
+    assert [t.task_id for t in store.tasks()] == ["t-held"]
+
+
+def test_a_middleware_that_replaces_the_model_after_the_guard_is_refused_naming_the_fix(
+    server: ScriptedOpenAIServer,
+) -> None:
+    """A model router listed after the guard swaps the guarded model for one of its own: its request cannot be
+    reserved, so the run ends ``stopped/fatal`` (fail closed) naming the fix, and nothing more is sent."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    other = chat(server)
+
+    class Router(AgentMiddleware[Any, Any, Any]):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request.override(model=other))
+
+    server.add(tool_call("search", {"query": "a"}), final_text("never"))
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=6, tool_executions=4), store=MemoryStore(), tools=DECLARED)
+    result = ask(create_agent(chat(server), tools=[search], middleware=[guard, Router()]))
+    outcome = guard.outcome(result)
+    assert outcome is not None and (outcome.status, outcome.reason) == (Status.STOPPED, Reason.FATAL)
+    assert "list it before the guard" in outcome.detail and ran == [] and len(server.requests) == 1
 
 
 def test_a_tool_calls_limit_per_tool_is_a_declaration(server: ScriptedOpenAIServer) -> None:

@@ -245,3 +245,27 @@ def test_the_servers_workflow_activations_go_through_the_engines_and_the_trigger
     assert not called & {"Guard", "Verdict", "Outcome", "Ticket", "Call"}, called
     assert not {c for c in called if c.endswith((".end", ".finish", ".settle", ".authorize")) and "guard" in c}
     assert {"trigger.reserve_write", "trigger.finish"} <= called
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_an_adapters_modules_import_each_other_without_a_cycle_even_inside_functions(adapter: str) -> None:
+    """Issue 31: ``langchain/middleware.py`` and ``langchain/approvals.py`` imported each other (one of the two
+    imports inside a function, the other under ``TYPE_CHECKING``): every import counts here, wherever it sits."""
+    graph: dict[str, set[str]] = {}
+    for relative, tree in modules():
+        if relative.startswith(adapter + "/"):
+            graph[module_name(relative)] = {m for m in imports(relative, tree) if m.startswith("agents_loopguard")}
+    for name in list(graph):
+        graph[name] = {m if m in graph else m.rsplit(".", 1)[0] for m in graph[name]} & set(graph) - {name}
+    package = f"agents_loopguard.{adapter}"
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node] - {package}):  # the package's __init__ re-exports its modules
+            assert nxt not in path, f"import cycle: {' -> '.join([*path, nxt])}"
+            if nxt not in done:
+                visit(nxt, [*path, nxt])
+        done.add(node)
+
+    for name in sorted(graph):
+        visit(name, [name])
