@@ -309,6 +309,51 @@ def wrapped_invoker(env: Env) -> Observed:
     return guarded(env, clerk(env, [logged(tool) for tool in shop(env)]))
 
 
+def retrying(tool: FunctionTool, attempts: int = 3) -> FunctionTool:
+    """A retry wrapper around a tool's invoker: the invoker again while the answer reads as an error."""
+    inner = tool.on_invoke_tool
+
+    async def invoke(ctx: Any, args: str) -> Any:
+        for _ in range(attempts):
+            output = await inner(ctx, args)
+            if "error" not in str(output).lower():
+                break
+        return output
+
+    return dataclasses.replace(tool, on_invoke_tool=invoke)
+
+
+def retry_wrapper(env: Env) -> Observed:
+    """A retry wrapper around a guarded read whose first attempt fails: the second attempt is reserved on its own.
+    ``on_refusal="continue"``: the first failure is reported to the model instead of ending the run."""
+    failures = [ConnectionError("the shop did not answer")]
+
+    @guarded_tool(verify=looked_up)
+    def lookup(order: int) -> str:
+        """Look an order up."""
+        env.body("lookup")
+        if failures:
+            raise failures.pop()
+        return f"order {order}: paid"
+
+    _, refund = shop(env)
+    return guarded(env, clerk(env, [retrying(lookup), refund]), on_refusal="continue")
+
+
+def retry_wrapper_write(env: Env) -> Observed:
+    """A retry wrapper around a guarded write whose answer is lost after it committed: the write is not sent
+    again (``unknown_commit``: the first attempt is still unsettled), the run ends needing reconciliation."""
+
+    @guarded_tool(refund_declaration(env))
+    def refund(order: int) -> str:
+        """Refund an order."""
+        env.body("refund", f"refund-{order}")
+        raise ConnectionError("the answer was lost")
+
+    lookup, _ = shop(env)
+    return guarded(env, clerk(env, [lookup, retrying(refund)]))
+
+
 def runtime_tools(env: Env) -> Observed:
     """Tools that appear only at run time (``Agent.get_all_tools`` overridden, as MCP tools do)."""
     found = list(shop(env))
@@ -448,7 +493,17 @@ DOORS = [
         "wrapped-invoker",
         "a guarded tool's `on_invoke_tool` wrapped (`dataclasses.replace(tool, on_invoke_tool=...)`)",
         wrapped_invoker,
-        broken="issue 26 item 3: the wrapper and the guarded tool each reserve the execution",
+    ),
+    door(
+        "retry-wrapper",
+        "a retry wrapper around a guarded tool's invoker (a read, called again after a failure)",
+        retry_wrapper,
+    ),
+    door(
+        "retry-wrapper-write",
+        "a retry wrapper around a guarded write whose answer was lost (refused `unknown_commit`)",
+        retry_wrapper_write,
+        stop_reason=None,
     ),
     door("runtime-tools", "tools that appear only at run time (`Agent.get_all_tools`)", runtime_tools),
     door("clone", "`Agent.clone(...)` of an agent with guarded tools", cloned),
