@@ -321,6 +321,7 @@ def guarded_model(model: BaseChatModel, body: ModelBody) -> BaseChatModel:
     """A copy of ``model`` whose every call is a guarded model request (``body``): the same class to LangChain
     (its tools bound, its structured output and profile read as the model's own), only the last point before its
     client replaced."""
+    getattr(model, "_serialized", None)  # LangChain's cached description of the model, made once and copied along
     copy = model.model_copy()
     copy.__class__ = _guarded_class(type(model))
     private = {**(copy.__pydantic_private__ or {}), "_loopguard_body": body}
