@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRetryMiddleware, ToolCallLimitMiddleware
+from langchain.tools import ToolRuntime
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import InjectedState
 
 from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status
 from agents_loopguard.langchain import LoopGuardMiddleware, outcome_of
@@ -410,3 +412,53 @@ def test_exit_behavior_error_raises_guard_stopped_with_the_stored_outcome() -> N
     assert raised.value.outcome.reason is Reason.SAME_CALL and len(ran) == 2
     stored = store.task("t-error")
     assert stored is not None and stored.outcome is not None and stored.outcome["reason"] == "same_call"
+
+
+def test_a_tool_retry_layer_after_the_guard_retries_a_read_each_run_reserved_until_same_call(
+    server: ScriptedOpenAIServer,
+) -> None:
+    """Issue 26 item 2, for a read: each run of the body by a ``ToolRetryMiddleware`` listed after the guard is a
+    proposal of its own, reserved; the third identical run at one revision is refused ``same_call`` before its body,
+    so a layer retrying a failing read is bounded by the guard's loop rule, not by its own count."""
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    @tool("search")
+    def failing_search(query: str) -> str:
+        """Search the documents."""
+        ran.append(query)
+        raise ConnectionError("the index did not answer")
+
+    server.add(tool_call("search", {"query": "a"}), final_text("never"))
+    retry = ToolRetryMiddleware(max_retries=5, initial_delay=0, jitter=False)
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=6, tool_executions=10), store=MemoryStore(), tools=DECLARED)
+    outcome = guard.outcome(ask(create_agent(chat(server), tools=[failing_search], middleware=[guard, retry])))
+    assert outcome is not None and (outcome.status, outcome.reason) == (Status.STOPPED, Reason.SAME_CALL)
+    assert ran == ["a", "a"] and outcome.used.tools == 2 and len(server.requests) == 1
+
+
+def test_arguments_langgraph_injects_at_the_body_are_not_the_calls_arguments() -> None:
+    """The guard proposes a call at its body, where LangGraph has injected the state or a ``ToolRuntime``: those
+    are not the model's arguments, and neither the fingerprint nor the trace carries them."""
+
+    @tool("search")
+    def runtime_search(query: str, runtime: ToolRuntime) -> str:
+        """Search the documents."""
+        ran.append(type(runtime).__name__)
+        return "found"
+
+    @tool("refund")
+    def state_refund(order: int, state: Annotated[dict[str, Any], InjectedState]) -> str:
+        """Refund an order."""
+        ran.append(f"refund-{order}-{len(state['messages'])}")
+        refunds[order] = "done"
+        return "refunded"
+
+    refunds.clear()
+    store = MemoryStore()
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=4, tool_executions=4), store=store, tools=DECLARED)
+    model = ScriptedChatModel([calls(("search", {"query": "q"}), ("refund", {"order": 3})), "done"])
+    outcome = guard.outcome(ask(create_agent(model, tools=[runtime_search, state_refund], middleware=[guard])))
+    assert outcome is not None and ran == ["ToolRuntime", "refund-3-2"]
+    assert [e.args for e in store.trace(outcome.task_id) if e.kind == "tool"] == [{"query": "q"}, {"order": 3}]
+    record = store.lookup_operation("refund-3")
+    assert record is not None and record.state is OperationState.COMMITTED
