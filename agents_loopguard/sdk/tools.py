@@ -223,7 +223,8 @@ def _guarded_invoker(
         Called through a wrapper that copied this invoker's attributes (``functools.wraps``): the wrapper stays."""
         if tool.on_invoke_tool is not on_invoke_tool:
             return tool.on_invoke_tool
-        rebind = getattr(inner, _BIND, None)
+        copied = getattr(inner, _SPEC, None) is not None and not _is_ours(inner)  # a wrapper's copy of our hook
+        rebind = None if copied else getattr(inner, _BIND, None)
         bound = rebind(tool) if callable(rebind) else inner
         return on_invoke_tool if bound is inner else _guarded_invoker(bound, spec, function=function)
 
