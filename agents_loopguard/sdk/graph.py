@@ -182,6 +182,10 @@ class _NestedRunGuard(AgentRunner):
         return self._inner.run_streamed(starting_agent, input, **kwargs)
 
     def run_sync(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        if ACTIVE_RUN.get() is None and _attached(kwargs) is not None:  # Runner.run_sync with a LoopGuard's hooks
+            from .run import run_sync  # the loop the sync entry points use (imported late: run imports this)
+
+            return run_sync(lambda: self.run(starting_agent, input, **kwargs), name="Runner.run")
         return self._inner.run_sync(starting_agent, input, **kwargs)
 
 

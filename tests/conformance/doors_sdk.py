@@ -24,6 +24,8 @@ from agents import (
     OpenAIResponsesModel,
     RunConfig,
     Runner,
+    SQLiteSession,
+    StopAtTools,
     Usage,
     function_tool,
     handoff,
@@ -174,6 +176,17 @@ def attached(env: Env) -> Observed:
         return await guard.outcome(result)
 
     return env.observe(asyncio.run(main()))
+
+
+def attached_run_sync(env: Env) -> Observed:
+    """A ``LoopGuard`` attached to the application's own ``Runner.run_sync``."""
+    agent = clerk(env, shop(env))
+    guard = LoopGuard("Refund order 1.", **env.options())
+    try:
+        result: Any = Runner.run_sync(agent, guard.input, hooks=guard.hooks(), run_config=guard.run_config())
+    except Exception as exc:
+        result = exc
+    return env.observe(asyncio.run(guard.outcome(result)))
 
 
 def helper_turns() -> list[Any]:
@@ -456,6 +469,48 @@ def stop_on_first_tool(env: Env) -> Observed:
     return guarded(env, clerk(env, [lookup], turns()[:1], tool_use_behavior="stop_on_first_tool"))
 
 
+def stop_at_tools(env: Env) -> Observed:
+    """``tool_use_behavior=StopAtTools(stop_at_tool_names=["refund"])``: the refund's output is the final output."""
+    script = turns()[:2]
+    return guarded(env, clerk(env, shop(env), script, tool_use_behavior=StopAtTools(stop_at_tool_names=["refund"])))
+
+
+def tool_timeout(env: Env) -> Observed:
+    """An async guarded tool with the SDK's own ``timeout=``: the body is cancelled, its execution stays counted."""
+
+    @guarded_tool(verify=looked_up, timeout=0.05)
+    async def lookup(order: int) -> str:
+        """Look an order up (slowly)."""
+        env.body("lookup")
+        await asyncio.sleep(5)
+        return f"order {order}: paid"
+
+    return guarded(env, clerk(env, [lookup, shop(env)[1]]))
+
+
+class Provider(agents.ModelProvider):
+    """A model provider that resolves every model name to the row's scripted model."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self.model = model
+
+    def get_model(self, model_name: str | None) -> agents.Model:
+        return self.model
+
+
+def model_provider(env: Env) -> Observed:
+    """``RunConfig(model_provider=...)``: the agent names its model, the provider resolves it."""
+    (model,) = models(env, turns())
+    agent = Agent(name="clerk", model="shop-model", tools=list(shop(env)))
+    return guarded(env, agent, run_config=RunConfig(model_provider=Provider(model)))
+
+
+def session(env: Env) -> Observed:
+    """A run with an SDK session (``SQLiteSession``): the conversation is stored by the SDK, the task by the
+    guard."""
+    return guarded(env, clerk(env, shop(env)), session=SQLiteSession("conversation-1"))
+
+
 def built_by_hand(env: Env) -> Observed:
     """A ``FunctionTool(...)`` built by hand, its invoker the body (nobody declared it: guarded as a read)."""
 
@@ -544,6 +599,11 @@ DOORS = [
     door("streamed", "`run_guarded_streamed`", streamed),
     door("sync", "`run_guarded_sync`", synchronous),
     door("attached", "a `LoopGuard` attached to the application's own `Runner.run`", attached),
+    door(
+        "attached-run-sync",
+        "a `LoopGuard` attached to the application's own `Runner.run_sync`",
+        attached_run_sync,
+    ),
     door("as-tool", "an agent used as a tool (`agent.as_tool()`)", as_tool, final=FINAL),
     door("nested-run", "a `Runner.run` started inside a tool body", nested_run, final=FINAL),
     door("handoff", "a handoff to another agent", handoffs),
@@ -599,6 +659,22 @@ DOORS = [
         final="order 1: paid",
         budget=Budget(model_turns=3, tool_executions=3),
     ),
+    door(
+        "stop-at-tools",
+        "`tool_use_behavior=StopAtTools(...)` (a named tool's output is the final output)",
+        stop_at_tools,
+        stop_reason=None,
+        final="refunded 1",
+    ),
+    door(
+        "tool-timeout",
+        "a tool's own timeout (`guarded_tool(..., timeout=0.05)` on an async tool)",
+        tool_timeout,
+        stop_reason=None,
+        final=None,
+    ),
+    door("model-provider", "`RunConfig(model_provider=...)` resolving the agents' model names", model_provider),
+    door("session", "a run with an SDK session (`session=SQLiteSession(...)`)", session),
     door("hand-made-tool", "a `FunctionTool(...)` built by hand (its invoker is the body)", built_by_hand),
     door("tool-input-guardrail", "a tool input guardrail that rejects a call", tool_input_guardrail),
     door("declared-by-name", "plain tools declared by name (`run_guarded(..., tools={...})`)", declared_by_name),
