@@ -302,6 +302,27 @@ def approvals(env: Env) -> Observed:
     return env.observe(asyncio.run(main()))
 
 
+def as_tool_approval(env: Env) -> Observed:
+    """An approval inside an agent used as a tool: the nested run pauses, the parent run pauses with it, the user
+    approves with ``state.approve(item)`` on the parent's state and runs it again; the nested run resumes."""
+    lookup, refund = shop(env, needs_approval=True)
+    helper_script = [[function_call("refund", {"order": 1}, call_id="h1")], [assistant_message("order 1 refunded")]]
+    helper_model, boss_model = models(env, helper_script, boss_turns("billing", {"input": "refund order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup, refund])
+    boss = Agent(name="boss", model=boss_model, tools=[helper.as_tool("billing", "Billing.")])
+
+    async def main() -> Outcome:
+        first = await run_guarded(boss, "Refund order 1.", **env.options())
+        if not getattr(first.result, "interruptions", None):
+            return first
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        return await run_guarded(boss, state, **env.options())
+
+    return env.observe(asyncio.run(main()))
+
+
 def rerun(env: Env) -> Observed:
     """The same task run again after it ended: the stored outcome comes back, nothing runs."""
     agent = clerk(env, shop(env), [*turns(), *turns()])
@@ -619,6 +640,11 @@ DOORS = [
         "an approval pause resumed with the SDK's `state.approve(item)` and a new run of the state",
         approvals,
         final=FINAL,
+    ),
+    door(
+        "as-tool-approval",
+        "an approval inside an agent used as a tool, resumed with the SDK's `state.approve(item)`",
+        as_tool_approval,
     ),
     door("rerun", "the same task run again after it ended", rerun, stop_reason=None),
     door(
