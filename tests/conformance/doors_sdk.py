@@ -220,6 +220,24 @@ def nested_run(env: Env) -> Observed:
     return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
 
 
+def nested_run_streamed(env: Env) -> Observed:
+    """A ``Runner.run_streamed`` started inside a tool body, its events consumed there."""
+    lookup, _ = shop(env)
+    helper_model, boss_model = models(env, helper_turns(), boss_turns("delegate", {"question": "order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup])
+
+    @guarded_tool(verify=looked_up)
+    async def delegate(question: str) -> str:
+        """Ask the helper agent."""
+        env.body("delegate")
+        streamed = Runner.run_streamed(helper, question)
+        async for _event in streamed.stream_events():
+            pass
+        return str(streamed.final_output)
+
+    return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
+
+
 def handoffs(env: Env) -> Observed:
     lookup, refund = shop(env)
     triage_model, billing_model = models(
@@ -627,6 +645,11 @@ DOORS = [
     ),
     door("as-tool", "an agent used as a tool (`agent.as_tool()`)", as_tool, final=FINAL),
     door("nested-run", "a `Runner.run` started inside a tool body", nested_run, final=FINAL),
+    door(
+        "nested-run-streamed",
+        "a `Runner.run_streamed` started inside a tool body",
+        nested_run_streamed,
+    ),
     door("handoff", "a handoff to another agent", handoffs),
     door(
         "model-retries",
