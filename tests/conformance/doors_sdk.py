@@ -24,6 +24,8 @@ from agents import (
     OpenAIResponsesModel,
     RunConfig,
     Runner,
+    SQLiteSession,
+    StopAtTools,
     Usage,
     function_tool,
     handoff,
@@ -176,6 +178,17 @@ def attached(env: Env) -> Observed:
     return env.observe(asyncio.run(main()))
 
 
+def attached_run_sync(env: Env) -> Observed:
+    """A ``LoopGuard`` attached to the application's own ``Runner.run_sync``."""
+    agent = clerk(env, shop(env))
+    guard = LoopGuard("Refund order 1.", **env.options())
+    try:
+        result: Any = Runner.run_sync(agent, guard.input, hooks=guard.hooks(), run_config=guard.run_config())
+    except Exception as exc:
+        result = exc
+    return env.observe(asyncio.run(guard.outcome(result)))
+
+
 def helper_turns() -> list[Any]:
     return [[function_call("lookup", {"order": 1}, call_id="h1")], [assistant_message("order 1 is paid")]]
 
@@ -203,6 +216,24 @@ def nested_run(env: Env) -> Observed:
         env.body("delegate")
         result = await Runner.run(helper, question)
         return str(result.final_output)
+
+    return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
+
+
+def nested_run_streamed(env: Env) -> Observed:
+    """A ``Runner.run_streamed`` started inside a tool body, its events consumed there."""
+    lookup, _ = shop(env)
+    helper_model, boss_model = models(env, helper_turns(), boss_turns("delegate", {"question": "order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup])
+
+    @guarded_tool(verify=looked_up)
+    async def delegate(question: str) -> str:
+        """Ask the helper agent."""
+        env.body("delegate")
+        streamed = Runner.run_streamed(helper, question)
+        async for _event in streamed.stream_events():
+            pass
+        return str(streamed.final_output)
 
     return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
 
@@ -285,6 +316,27 @@ def approvals(env: Env) -> Observed:
         for item in state.get_interruptions():
             state.approve(item)
         return await run_guarded(agent, state, **env.options())
+
+    return env.observe(asyncio.run(main()))
+
+
+def as_tool_approval(env: Env) -> Observed:
+    """An approval inside an agent used as a tool: the nested run pauses, the parent run pauses with it, the user
+    approves with ``state.approve(item)`` on the parent's state and runs it again; the nested run resumes."""
+    lookup, refund = shop(env, needs_approval=True)
+    helper_script = [[function_call("refund", {"order": 1}, call_id="h1")], [assistant_message("order 1 refunded")]]
+    helper_model, boss_model = models(env, helper_script, boss_turns("billing", {"input": "refund order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup, refund])
+    boss = Agent(name="boss", model=boss_model, tools=[helper.as_tool("billing", "Billing.")])
+
+    async def main() -> Outcome:
+        first = await run_guarded(boss, "Refund order 1.", **env.options())
+        if not getattr(first.result, "interruptions", None):
+            return first
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        return await run_guarded(boss, state, **env.options())
 
     return env.observe(asyncio.run(main()))
 
@@ -456,6 +508,48 @@ def stop_on_first_tool(env: Env) -> Observed:
     return guarded(env, clerk(env, [lookup], turns()[:1], tool_use_behavior="stop_on_first_tool"))
 
 
+def stop_at_tools(env: Env) -> Observed:
+    """``tool_use_behavior=StopAtTools(stop_at_tool_names=["refund"])``: the refund's output is the final output."""
+    script = turns()[:2]
+    return guarded(env, clerk(env, shop(env), script, tool_use_behavior=StopAtTools(stop_at_tool_names=["refund"])))
+
+
+def tool_timeout(env: Env) -> Observed:
+    """An async guarded tool with the SDK's own ``timeout=``: the body is cancelled, its execution stays counted."""
+
+    @guarded_tool(verify=looked_up, timeout=0.05)
+    async def lookup(order: int) -> str:
+        """Look an order up (slowly)."""
+        env.body("lookup")
+        await asyncio.sleep(5)
+        return f"order {order}: paid"
+
+    return guarded(env, clerk(env, [lookup, shop(env)[1]]))
+
+
+class Provider(agents.ModelProvider):
+    """A model provider that resolves every model name to the row's scripted model."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self.model = model
+
+    def get_model(self, model_name: str | None) -> agents.Model:
+        return self.model
+
+
+def model_provider(env: Env) -> Observed:
+    """``RunConfig(model_provider=...)``: the agent names its model, the provider resolves it."""
+    (model,) = models(env, turns())
+    agent = Agent(name="clerk", model="shop-model", tools=list(shop(env)))
+    return guarded(env, agent, run_config=RunConfig(model_provider=Provider(model)))
+
+
+def session(env: Env) -> Observed:
+    """A run with an SDK session (``SQLiteSession``): the conversation is stored by the SDK, the task by the
+    guard."""
+    return guarded(env, clerk(env, shop(env)), session=SQLiteSession("conversation-1"))
+
+
 def built_by_hand(env: Env) -> Observed:
     """A ``FunctionTool(...)`` built by hand, its invoker the body (nobody declared it: guarded as a read)."""
 
@@ -544,8 +638,18 @@ DOORS = [
     door("streamed", "`run_guarded_streamed`", streamed),
     door("sync", "`run_guarded_sync`", synchronous),
     door("attached", "a `LoopGuard` attached to the application's own `Runner.run`", attached),
+    door(
+        "attached-run-sync",
+        "a `LoopGuard` attached to the application's own `Runner.run_sync`",
+        attached_run_sync,
+    ),
     door("as-tool", "an agent used as a tool (`agent.as_tool()`)", as_tool, final=FINAL),
     door("nested-run", "a `Runner.run` started inside a tool body", nested_run, final=FINAL),
+    door(
+        "nested-run-streamed",
+        "a `Runner.run_streamed` started inside a tool body",
+        nested_run_streamed,
+    ),
     door("handoff", "a handoff to another agent", handoffs),
     door(
         "model-retries",
@@ -559,6 +663,11 @@ DOORS = [
         "an approval pause resumed with the SDK's `state.approve(item)` and a new run of the state",
         approvals,
         final=FINAL,
+    ),
+    door(
+        "as-tool-approval",
+        "an approval inside an agent used as a tool, resumed with the SDK's `state.approve(item)`",
+        as_tool_approval,
     ),
     door("rerun", "the same task run again after it ended", rerun, stop_reason=None),
     door(
@@ -599,6 +708,22 @@ DOORS = [
         final="order 1: paid",
         budget=Budget(model_turns=3, tool_executions=3),
     ),
+    door(
+        "stop-at-tools",
+        "`tool_use_behavior=StopAtTools(...)` (a named tool's output is the final output)",
+        stop_at_tools,
+        stop_reason=None,
+        final="refunded 1",
+    ),
+    door(
+        "tool-timeout",
+        "a tool's own timeout (`guarded_tool(..., timeout=0.05)` on an async tool)",
+        tool_timeout,
+        stop_reason=None,
+        final=None,
+    ),
+    door("model-provider", "`RunConfig(model_provider=...)` resolving the agents' model names", model_provider),
+    door("session", "a run with an SDK session (`session=SQLiteSession(...)`)", session),
     door("hand-made-tool", "a `FunctionTool(...)` built by hand (its invoker is the body)", built_by_hand),
     door("tool-input-guardrail", "a tool input guardrail that rejects a call", tool_input_guardrail),
     door("declared-by-name", "plain tools declared by name (`run_guarded(..., tools={...})`)", declared_by_name),
