@@ -64,6 +64,7 @@ _PLAIN_REVIEW = (
     "the human's decisions are not stored with the task, and its checkpoint could be resumed twice): use "
     "guard.human_in_the_loop(interrupt_on=...) in its place"
 )
+_HOSTED_FIX = "Do its work in a @tool the agent runs (guarded at its body)"
 _REVIEWED = "hitl_edited_tool_calls"
 """The state key ``HumanInTheLoopMiddleware`` writes whenever it reviewed a model turn's calls (batched mode)."""
 _UNGUARDED_ANSWER = (
@@ -322,6 +323,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
 
     def _guarded_request(self, scope: Scope, request: ModelRequest[Any]) -> tuple[ModelBody, ModelRequest[Any]]:
         """The request handed down: its chat model guarded at the body, its ``tool_choice`` the guard's."""
+        for offered in request.tools:
+            if isinstance(offered, Mapping):  # a provider's built-in tool: it runs at the provider, no body here
+                hosted = str(offered.get("name") or offered.get("type") or "?")
+                scope.run.admit(hosted, "a provider's built-in tool (it runs at the model provider)", _HOSTED_FIX)
         inside = chat_model_in(request.model)
         if inside is None:
             raise ValueError(

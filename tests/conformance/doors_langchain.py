@@ -513,6 +513,33 @@ def with_fallbacks(env: Env) -> Observed:
         return env.observe(None)
 
 
+HOSTED = {"type": "web_search_preview"}
+
+
+def hosted_tool(env: Env) -> Observed:
+    """A provider's built-in tool among the agent's tools: it runs at the model provider, where no guard reaches."""
+    try:
+        run_agent(env, script(), tools=[*shop(env), HOSTED])  # type: ignore[list-item]
+    except ValueError as exc:
+        seen = env.observe(None)
+        seen.refused = str(exc)
+        return seen
+    return env.observe(None)
+
+
+def hosted_tool_opted_out(env: Env) -> Observed:
+    """The same, opted out on purpose (``unguarded={...: why}``, recorded in the task's trace): langchain-openai
+    talks to the Responses API; the requests and the agent's own tools are still guarded."""
+    seen = run_agent(
+        env,
+        script(),
+        tools=[*shop(env), HOSTED],  # type: ignore[list-item]
+        guard_options={"unguarded": {"web_search_preview": "a read-only search at the provider"}},
+    )
+    assert any(e.kind == "unguarded" for e in env.store.trace(env.task_id))
+    return seen
+
+
 def unknown_tool(env: Env) -> Observed:
     """The model calls a tool the agent does not have: ``invalid_call``, read by the model; nothing runs."""
     steps = [tool_calls(function_call("delete_everything", {}, "c0")), *script()]
@@ -607,4 +634,18 @@ DOORS = [
         refusal="pass the chat model itself to create_agent",
     ),
     door("unknown-tool", "a call of a tool the agent does not have", unknown_tool),
+    door(
+        "hosted-tool",
+        'a provider\'s built-in tool (`{"type": "web_search_preview"}`) among the tools',
+        hosted_tool,
+        mark="refused",
+        refusal="Do its work in a @tool the agent runs",
+    ),
+    door(
+        "hosted-tool-opted-out",
+        'a provider\'s built-in tool opted out (`unguarded={"web_search_preview": "why"}`)',
+        hosted_tool_opted_out,
+        mark="outside",
+        final=FINAL,
+    ),
 ]
