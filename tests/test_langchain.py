@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRetryMiddleware, ToolCallLimitMiddleware
+from langchain.tools import ToolRuntime
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import InjectedState
 
 from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status
 from agents_loopguard.langchain import LoopGuardMiddleware, outcome_of
@@ -287,18 +289,58 @@ def test_five_outcomes_are_distinct_through_the_fake_chat_model() -> None:
     assert statuses == set(Status)
 
 
-def test_a_task_that_ended_runs_nothing_on_the_same_thread() -> None:
-    """R11: the thread's task is sticky: invoking the thread again returns its outcome and asks nothing."""
+def test_a_task_that_ended_stays_ended_and_the_threads_next_message_is_a_run_of_its_own() -> None:
+    """R11 and issue 26 item 5: the thread's task is sticky (its outcome stands, nothing of it runs again), and a new
+    message on the thread is a run of its own (``<thread>#2``), under what the thread's budget leaves. It used to
+    send nothing and return the user's own message."""
     store = MemoryStore()
-    model = ScriptedChatModel([calls(("search", {"query": "x"}))] * 3 + ["never"])
+    model = ScriptedChatModel([calls(("search", {"query": "x"}))] * 3 + ["Here is what I found."])
     guard = LoopGuardMiddleware(budget=Budget(model_turns=10, tool_executions=10), store=store, tools=DECLARED)
     agent = create_agent(model, tools=[search], middleware=[guard])
-    first = guard.outcome(ask(agent, configurable={"thread_id": "t-sticky"}))
-    asked = len(model.requests)
-    again = guard.outcome(ask(agent, configurable={"thread_id": "t-sticky"}))
-    assert first is not None and again is not None and again.reason is first.reason is Reason.SAME_CALL
-    assert len(model.requests) == asked == 3
-    assert Guard(budget=Budget(10, 10), store=store, task_id="t-sticky").outcome is not None
+    first = ask(agent, configurable={"thread_id": "t-sticky"})
+    assert first["messages"][-1].content.startswith("Stopped by loopguard (stopped/same_call)")  # it says why
+    again = guard.outcome(ask(agent, "what did you find?", configurable={"thread_id": "t-sticky"}))
+    assert again is not None and (again.task_id, again.reason) == ("t-sticky#2", Reason.UNVERIFIED_FINAL)
+    assert again.final_output == "Here is what I found." and len(model.requests) == 4
+    stored = Guard(budget=Budget(10, 10), store=store, task_id="t-sticky").outcome
+    assert stored is not None and stored.reason is Reason.SAME_CALL  # the first task's outcome stands
+    second = store.task("t-sticky#2")
+    assert second is not None and second.budget.model_turns == 7  # 10, less the 3 the first run used
+
+
+def test_a_thread_an_operator_stopped_holds_and_says_why() -> None:
+    """R3: a stop mark set on the thread's task after its run ended holds the thread: the next message runs nothing
+    and is answered with the stop."""
+    store = MemoryStore()
+    model = ScriptedChatModel(["Hello.", "never sent"])
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=5, tool_executions=2), store=store)
+    agent = create_agent(model, tools=[], middleware=[guard])
+    ask(agent, configurable={"thread_id": "t-held"})
+    store.request_stop("t-held", "operator")
+    held = ask(agent, "again", configurable={"thread_id": "t-held"})
+    assert len(model.requests) == 1 and held["messages"][-1].content.startswith("Stopped by loopguard")
+    assert [t.task_id for t in store.tasks()] == ["t-held"]
+
+
+def test_a_middleware_that_replaces_the_model_after_the_guard_is_refused_naming_the_fix(
+    server: ScriptedOpenAIServer,
+) -> None:
+    """A model router listed after the guard swaps the guarded model for one of its own: its request cannot be
+    reserved, so the run ends ``stopped/fatal`` (fail closed) naming the fix, and nothing more is sent."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    other = chat(server)
+
+    class Router(AgentMiddleware[Any, Any, Any]):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request.override(model=other))
+
+    server.add(tool_call("search", {"query": "a"}), final_text("never"))
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=6, tool_executions=4), store=MemoryStore(), tools=DECLARED)
+    result = ask(create_agent(chat(server), tools=[search], middleware=[guard, Router()]))
+    outcome = guard.outcome(result)
+    assert outcome is not None and (outcome.status, outcome.reason) == (Status.STOPPED, Reason.FATAL)
+    assert "list it before the guard" in outcome.detail and ran == [] and len(server.requests) == 1
 
 
 def test_a_tool_calls_limit_per_tool_is_a_declaration(server: ScriptedOpenAIServer) -> None:
@@ -370,3 +412,53 @@ def test_exit_behavior_error_raises_guard_stopped_with_the_stored_outcome() -> N
     assert raised.value.outcome.reason is Reason.SAME_CALL and len(ran) == 2
     stored = store.task("t-error")
     assert stored is not None and stored.outcome is not None and stored.outcome["reason"] == "same_call"
+
+
+def test_a_tool_retry_layer_after_the_guard_retries_a_read_each_run_reserved_until_same_call(
+    server: ScriptedOpenAIServer,
+) -> None:
+    """Issue 26 item 2, for a read: each run of the body by a ``ToolRetryMiddleware`` listed after the guard is a
+    proposal of its own, reserved; the third identical run at one revision is refused ``same_call`` before its body,
+    so a layer retrying a failing read is bounded by the guard's loop rule, not by its own count."""
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    @tool("search")
+    def failing_search(query: str) -> str:
+        """Search the documents."""
+        ran.append(query)
+        raise ConnectionError("the index did not answer")
+
+    server.add(tool_call("search", {"query": "a"}), final_text("never"))
+    retry = ToolRetryMiddleware(max_retries=5, initial_delay=0, jitter=False)
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=6, tool_executions=10), store=MemoryStore(), tools=DECLARED)
+    outcome = guard.outcome(ask(create_agent(chat(server), tools=[failing_search], middleware=[guard, retry])))
+    assert outcome is not None and (outcome.status, outcome.reason) == (Status.STOPPED, Reason.SAME_CALL)
+    assert ran == ["a", "a"] and outcome.used.tools == 2 and len(server.requests) == 1
+
+
+def test_arguments_langgraph_injects_at_the_body_are_not_the_calls_arguments() -> None:
+    """The guard proposes a call at its body, where LangGraph has injected the state or a ``ToolRuntime``: those
+    are not the model's arguments, and neither the fingerprint nor the trace carries them."""
+
+    @tool("search")
+    def runtime_search(query: str, runtime: ToolRuntime) -> str:
+        """Search the documents."""
+        ran.append(type(runtime).__name__)
+        return "found"
+
+    @tool("refund")
+    def state_refund(order: int, state: Annotated[dict[str, Any], InjectedState]) -> str:
+        """Refund an order."""
+        ran.append(f"refund-{order}-{len(state['messages'])}")
+        refunds[order] = "done"
+        return "refunded"
+
+    refunds.clear()
+    store = MemoryStore()
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=4, tool_executions=4), store=store, tools=DECLARED)
+    model = ScriptedChatModel([calls(("search", {"query": "q"}), ("refund", {"order": 3})), "done"])
+    outcome = guard.outcome(ask(create_agent(model, tools=[runtime_search, state_refund], middleware=[guard])))
+    assert outcome is not None and ran == ["ToolRuntime", "refund-3-2"]
+    assert [e.args for e in store.trace(outcome.task_id) if e.kind == "tool"] == [{"query": "q"}, {"order": 3}]
+    record = store.lookup_operation("refund-3")
+    assert record is not None and record.state is OperationState.COMMITTED

@@ -181,3 +181,56 @@ def test_the_guarded_review_supports_the_batched_mode_only() -> None:
     with pytest.raises(ValueError, match="batched"):
         guard.human_in_the_loop({"refund": True}, interrupt_mode="per_call")
     assert ResumeError is not None
+
+
+def _review_agent(store: MemoryStore, review: Any, refunds: list[int]) -> tuple[Any, LoopGuardMiddleware]:
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    spec = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['order']}", verify=lambda a, o: {})
+    guard = LoopGuardMiddleware(budget=Budget(5, 3), store=store, tools={"refund": spec})
+    model = ScriptedChatModel([calls(("refund", {"order": 1})), "Refunded."])
+
+    @tool
+    def refund(order: int) -> str:
+        """Refund an order."""
+        refunds.append(order)
+        return "refunded"
+
+    middleware = [guard, review(guard)]
+    return create_agent(model, tools=[refund], middleware=middleware, checkpointer=InMemorySaver()), guard
+
+
+def test_an_interrupted_result_tells_its_pause_in_any_process() -> None:
+    """Issue 26 item 5: ``outcome_of`` read ``None`` from an interrupted result. The pause's record rides in the
+    interrupt's value: ``needs_human/approval`` with the stored pause's id, from the result alone."""
+    from agents_loopguard.langchain import outcome_of
+
+    store = MemoryStore()
+    agent, _ = _review_agent(store, lambda guard: guard.human_in_the_loop({"refund": True}), [])
+    paused = agent.invoke({"messages": [{"role": "user", "content": "refund 1"}]}, {"configurable": {"thread_id": "p"}})
+    outcome = outcome_of(paused)
+    assert outcome is not None and (outcome.status, outcome.reason) == (Status.NEEDS_HUMAN, Reason.APPROVAL)
+    pause = store.pause(outcome.pause_id or "")
+    assert pause is not None and pause.status == "pending" and outcome.task_id == "p"
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+def test_langchains_own_review_beside_the_guard_is_refused_before_a_reviewed_body_runs(mode: str) -> None:
+    """Issue 26 item 5: LangChain's ``HumanInTheLoopMiddleware`` beside the guard paused outside it (nothing
+    stored, its checkpoint resumable twice). Its first reviewed call is refused, nothing of it runs, and the run
+    ends ``stopped/fatal`` naming ``guard.human_in_the_loop``."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    refunds: list[int] = []
+    review = HumanInTheLoopMiddleware({"refund": True}, interrupt_mode=mode)  # type: ignore[arg-type]
+    agent, guard = _review_agent(MemoryStore(), lambda _: review, refunds)
+    thread = {"configurable": {"thread_id": f"plain-{mode}"}}
+    result = agent.invoke({"messages": [{"role": "user", "content": "refund 1"}]}, thread)
+    if "__interrupt__" in result:
+        result = agent.invoke(Command(resume={"decisions": APPROVE}), thread)
+    outcome = guard.outcome(result)
+    assert outcome is not None and (outcome.status, outcome.reason) == (Status.STOPPED, Reason.FATAL)
+    assert "guard.human_in_the_loop" in outcome.detail and refunds == []
+    assert result["messages"][-1].content.startswith("Stopped by loopguard (stopped/fatal)")

@@ -228,10 +228,17 @@ def test_no_entry_point_declares_more_than_ten_named_parameters_besides_its_subj
         assert found[name] - subject <= 10, f"{relative}:{name} declares {found[name]} parameters"
 
 
-@pytest.mark.parametrize(("options", "fields"), [(RunOptions, RunFields), (LoopOptions, LoopFields)])
-def test_the_keyword_fields_are_exactly_the_options_fields(options: type[RunOptions], fields: type) -> None:
-    """``**fields: Unpack[RunFields]`` types what ``RunOptions.merge`` accepts: the two lists cannot drift."""
-    assert set(fields.__annotations__) | _inherited(fields) == {f.name for f in dataclasses.fields(options)}
+@pytest.mark.parametrize(
+    ("options", "fields", "own"), [(RunOptions, RunFields, set()), (LoopOptions, LoopFields, {"tools"})]
+)
+def test_the_keyword_fields_are_exactly_the_options_fields(
+    options: type[RunOptions], fields: type, own: set[str]
+) -> None:
+    """``**fields: Unpack[RunFields]`` types what ``RunOptions.merge`` accepts: the two lists cannot drift. ``own``:
+    options an entry point takes as a parameter of its own (the raw loop's ``tools=`` is the tools themselves;
+    declarations by name come with ``options=``)."""
+    expected = {f.name for f in dataclasses.fields(options)} - own
+    assert set(fields.__annotations__) | _inherited(fields) == expected
 
 
 def _inherited(fields: type) -> set[str]:
@@ -246,3 +253,28 @@ def test_the_servers_workflow_activations_go_through_the_engines_and_the_trigger
     assert not called & {"Guard", "Verdict", "Outcome", "Ticket", "Call"}, called
     assert not {c for c in called if c.endswith((".end", ".finish", ".settle", ".authorize")) and "guard" in c}
     assert {"trigger.reserve_write", "trigger.finish"} <= called
+
+
+@pytest.mark.parametrize("adapter", ["langchain"])
+def test_an_adapters_modules_import_each_other_without_a_cycle_even_inside_functions(adapter: str) -> None:
+    """Issue 31: ``langchain/middleware.py`` and ``langchain/approvals.py`` imported each other (one of the two
+    imports inside a function, the other under ``TYPE_CHECKING``): every import counts here, wherever it sits.
+    (An adapter joins the list once its own imports inside functions make no cycle.)"""
+    graph: dict[str, set[str]] = {}
+    for relative, tree in modules():
+        if relative.startswith(adapter + "/"):
+            graph[module_name(relative)] = {m for m in imports(relative, tree) if m.startswith("agents_loopguard")}
+    for name in list(graph):
+        graph[name] = {m if m in graph else m.rsplit(".", 1)[0] for m in graph[name]} & set(graph) - {name}
+    package = f"agents_loopguard.{adapter}"
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node] - {package}):  # the package's __init__ re-exports its modules
+            assert nxt not in path, f"import cycle: {' -> '.join([*path, nxt])}"
+            if nxt not in done:
+                visit(nxt, [*path, nxt])
+        done.add(node)
+
+    for name in sorted(graph):
+        visit(name, [name])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
@@ -32,11 +32,45 @@ from ..run import Ending, conclude_now
 from ..store.base import PauseAlreadyResumed
 from ..values.canonical import CanonicalError, canonical_json, redact
 from ..values.outcome import Reason
+from .options import LangChainOptions
+from .scope import STATE_KEY, Scope
 
-if TYPE_CHECKING:
-    from .middleware import LoopGuardMiddleware, Scope
+__all__ = ["GuardedHumanInTheLoop", "Guarding", "pause_record"]
 
-__all__ = ["GuardedHumanInTheLoop"]
+
+class Guarding(Protocol):
+    """What the review needs of the guard middleware (:class:`~.LoopGuardMiddleware`)."""
+
+    options: LangChainOptions
+    review: Any
+
+    def scope(self, state: Mapping[str, Any] | None) -> Scope: ...
+
+    def start(self, task_id: str, options: LangChainOptions | None = None) -> Scope: ...
+
+    def release(self, scope: Scope) -> None: ...
+
+
+def _interrupts(result: Any) -> list[Any]:
+    """The interrupts of an agent's result: ``result["__interrupt__"]``, or a ``version="v2"`` result's."""
+    found = result.get("__interrupt__") if isinstance(result, Mapping) else getattr(result, "interrupts", None)
+    return list(found or ())
+
+
+def pause_record(result: Any) -> dict[str, Any] | None:
+    """The recovery record of the pause an interrupted result carries (``needs_human/approval``), if the guarded
+    review made the interrupt.
+
+    >>> pause_record({"messages": []}) is None
+    True
+    """
+    for interrupt in _interrupts(result):
+        value = getattr(interrupt, "value", None)
+        entry = value.get(STATE_KEY) if isinstance(value, Mapping) else None
+        record = entry.get("outcome") if isinstance(entry, Mapping) else None
+        if isinstance(record, Mapping):
+            return dict(record)
+    return None
 
 
 def _arguments(args: Any, secrets: Any) -> str:
@@ -50,11 +84,12 @@ class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):
     """``HumanInTheLoopMiddleware`` whose interrupts are pauses of a :class:`~.LoopGuardMiddleware`'s task; build
     it with :meth:`LoopGuardMiddleware.human_in_the_loop` and list it with the guard."""
 
-    def __init__(self, guard: LoopGuardMiddleware, **options: Any) -> None:
+    def __init__(self, guard: Guarding, **options: Any) -> None:
         if options.get("interrupt_mode", "batched") != "batched":
             raise ValueError("the guarded human-in-the-loop middleware supports interrupt_mode='batched' only")
         super().__init__(**options)
         self.guard = guard
+        guard.review = self  # the guard knows its review: LangChain's own beside it is refused
 
     @property
     def name(self) -> str:
@@ -96,8 +131,9 @@ class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):
             return super().after_model(state, runtime)
         try:
             update = super().after_model(state, runtime)
-        except GraphInterrupt:
+        except GraphInterrupt as interrupted:
             self._pause(scope, gated)
+            self._carry(scope, interrupted)
             raise
         self._claim(scope, gated, update)
         return update
@@ -120,6 +156,17 @@ class GuardedHumanInTheLoop(HumanInTheLoopMiddleware):
             scope.run, Ending(waiting=f"{len(gated)} call(s) wait for approval: {names}", store_pause=store_pause)
         )
         self.guard.release(scope)  # the resume, in this process or another, continues from the store
+
+    @staticmethod
+    def _carry(scope: Scope, interrupted: GraphInterrupt) -> None:
+        """The stored pause's record rides in the interrupt's value, so an interrupted result tells its outcome in
+        any process (:func:`pause_record`)."""
+        if scope.outcome is None:
+            return
+        entry = {"task_id": scope.task_id, "outcome": scope.outcome.record().to_dict()}
+        for interrupt in interrupted.args[0] if interrupted.args else ():
+            if isinstance(getattr(interrupt, "value", None), dict):
+                interrupt.value[STATE_KEY] = entry
 
     def _claim(self, scope: Scope, gated: list[dict[str, Any]], update: Mapping[str, Any] | None) -> None:
         """The human answered: claim the pause waiting for these calls (once) and continue its task."""

@@ -2,13 +2,15 @@
 
 Every rule is the guarded run's (:mod:`agents_loopguard.run`); this module maps LangChain's hooks onto it:
 
-* ``before_agent`` starts the run under the task (the LangGraph thread by default) and ends at once a task that
-  already ended;
-* ``wrap_model_call`` answers for the model once the guard decided (a message without tool calls: the agent
-  ends, nothing is sent), else sends each attempt through :func:`~agents_loopguard.run.requests.model_request`: reserved
-  first, with the guard's ``tool_choice`` (R12), the chat model's client retries taken over (:mod:`.models`);
-* ``wrap_tool_call`` proposes each call, executes it once through the handler, verifies and settles it; a refusal
-  is the ``ToolMessage`` the model reads;
+* ``before_agent`` starts the run under the thread's task: each new message after a run ended is a run of its
+  own, under what the thread's budget leaves (:mod:`agents_loopguard.run.conversations`); a thread that holds (a
+  pause waiting, an unknown write, an operator's stop, no budget left) answers why and runs nothing;
+* ``wrap_model_call`` answers for the model once the guard decided (a message that says why: the agent ends,
+  nothing is sent), else hands the request down with its chat model guarded at the body (:mod:`.bodies`): every
+  call of the model, by any layer, is a request of the guarded run, each attempt reserved before it leaves, with
+  the guard's ``tool_choice`` (R12) and the chat model's client retries taken over (:mod:`.models`);
+* ``wrap_tool_call`` hands the call down with its tool guarded at the body: each run of the body is proposed,
+  reserved, executed once, verified and settled; a refusal is the ``ToolMessage`` the model reads;
 * ``after_agent`` concludes: the task's one :class:`~agents_loopguard.Outcome` goes into the state
   (``result["loopguard"]``, read with :meth:`LoopGuardMiddleware.outcome` or :func:`outcome_of`).
 
@@ -17,33 +19,24 @@ Approvals: :meth:`LoopGuardMiddleware.human_in_the_loop` (:mod:`.approvals`).
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse, hook_config
-from langchain.agents.middleware.types import OmitFromInput
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langgraph.config import get_config
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, hook_config
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
-from typing_extensions import NotRequired, Unpack
+from typing_extensions import Unpack
 
 from ..run import (
-    NO_OUTPUT,
-    Check,
     Ending,
-    Execute,
     Executed,
     GuardedRun,
-    Sleep,
     ToolSpec,
     adrive,
     conclude,
@@ -52,91 +45,54 @@ from ..run import (
     model_request,
     perform_check,
     perform_check_async,
-    within_deadline,
 )
-from ..run.requests import Failed, Send
+from ..run.conversations import next_run_options
+from ..run.requests import Failed
 from ..run.retry import RetryPolicy
+from ..run.state import refusal_message
 from ..values.outcome import Outcome, RecoveryRecord
-from .models import client_retries, model_name, output_bound, single_attempt, usage_of
+from .approvals import GuardedHumanInTheLoop, pause_record
+from .bodies import GuardedTool, ModelBody, ToolBody, chat_model_in, guarded_model
+from .models import client_retries, model_name, output_bound, usage_of
 from .options import LangChainFields, LangChainOptions
+from .scope import PARENT, STATE_KEY, LoopGuardState, Scope, configurable, ended_message, final_output, refusal
 
 __all__ = ["LoopGuardMiddleware", "LoopGuardState", "outcome_of"]
 
-STATE_KEY = "loopguard"
-ENDED = "loopguard_ended"
-"""``AIMessage.response_metadata`` key of the message that stands for a model request the guard refused."""
+_PLAIN_REVIEW = (
+    "a HumanInTheLoopMiddleware beside LoopGuardMiddleware reviewed these calls outside the guard (its pause and "
+    "the human's decisions are not stored with the task, and its checkpoint could be resumed twice): use "
+    "guard.human_in_the_loop(interrupt_on=...) in its place"
+)
+_HOSTED_FIX = "Do its work in a @tool the agent runs (guarded at its body)"
+_REVIEWED = "hitl_edited_tool_calls"
+"""The state key ``HumanInTheLoopMiddleware`` writes whenever it reviewed a model turn's calls (batched mode)."""
+_UNGUARDED_ANSWER = (
+    "the model request was answered without the agent's chat model: a middleware listed after "
+    "LoopGuardMiddleware replaced the model or answered itself, so its request could not be reserved; list it "
+    "before the guard (the guard then guards the model it hands down)"
+)
 
 
-class LoopGuardState(AgentState[Any]):
-    """The agent state with the guard's entry: ``{"task_id": ..., "outcome": RecoveryRecord dict or None}``."""
-
-    loopguard: NotRequired[Annotated[dict[str, Any], OmitFromInput]]
-
-
-@dataclass
-class Scope:
-    """One invocation's guarded run and what the hooks tell each other."""
-
-    run: GuardedRun
-    task_id: str
-    models: dict[int, tuple[Any, str | None, int | None, RetryPolicy]] = field(default_factory=dict)
-    """id(chat model) -> (the model, its name, its output bound, its retries), checked once per run."""
-    error: BaseException | None = None
-    """The model error that ended the run (its verdict recorded by the run), for the conclusion."""
-    invalid: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Calls whose arguments were not JSON (LangChain's ``invalid_tool_calls``), by call id: (tool, why); refused
-    in their turn among the response's calls."""
-    stopped_by: Any = None
-    """The framework's own stop (``model_behavior``: the chat model could not read the model's answer)."""
-    turns: threading.Condition = field(default_factory=threading.Condition)
-    """LangGraph runs the calls of one response on threads in a sync run: the run takes them one at a time, in the
-    response's order (``served``: the call ids it took)."""
-    served: set[str] = field(default_factory=set)
-    outcome: Outcome | None = None
-
-
-def outcome_of(result: Mapping[str, Any]) -> Outcome | None:
-    """The task's outcome an agent's result (its final state) carries, or ``None`` (the run did not end here:
-    an approval interrupt, read it with :meth:`LoopGuardMiddleware.outcome`).
+def outcome_of(result: Any) -> Outcome | None:
+    """The task's outcome an agent's result carries, in any process: the final state's, or an approval
+    interrupt's (``needs_human/approval`` with its ``pause_id``); ``None`` for a result the guard did not end.
 
     >>> outcome_of({"messages": []}) is None
     True
     """
-    entry = result.get(STATE_KEY) if isinstance(result, Mapping) else None
+    entry = _state(result).get(STATE_KEY)
     record = entry.get("outcome") if isinstance(entry, Mapping) else None
+    record = pause_record(result) or record
     return RecoveryRecord.from_json(dict(record)).to_outcome() if isinstance(record, Mapping) else None
 
 
-def _configurable() -> dict[str, Any]:
-    try:
-        return dict(get_config().get("configurable") or {})
-    except RuntimeError:  # outside a graph
-        return {}
-
-
-def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
-
-
-def _final_output(state: Mapping[str, Any]) -> Any:
-    messages = state.get("messages") or []
-    last = messages[-1] if messages else None
-    if isinstance(last, AIMessage) and not last.tool_calls and not last.response_metadata.get(ENDED):
-        return _text(last)
-    return NO_OUTPUT
-
-
-def _ended_message(scope: Scope) -> AIMessage:
-    verdict = scope.run.verdict
-    why = f"{verdict.status}/{verdict.reason}" if verdict is not None else "the task already ended"
-    return AIMessage(content="", name="loopguard", response_metadata={ENDED: why})
-
-
-def _refusal(call: Mapping[str, Any], message: str) -> ToolMessage:
-    return ToolMessage(content=message, name=call.get("name"), tool_call_id=call.get("id") or "", status="error")
+def _state(result: Any) -> Mapping[str, Any]:
+    """The final state of an agent's result (a ``version="v2"`` result's ``value``)."""
+    if isinstance(result, Mapping):
+        return result
+    value = getattr(result, "value", None)
+    return value if isinstance(value, Mapping) else {}
 
 
 _TURN_WAIT = 30.0
@@ -164,6 +120,18 @@ def _preceding(state: Mapping[str, Any], call_id: str) -> list[str]:
                 answered = {str(m.tool_call_id) for m in messages[index + 1 :] if isinstance(m, ToolMessage)}
                 return [i for i in before if i not in answered]
     return []
+
+
+def _approval_asked(error: BaseException) -> bool:
+    """``error`` is LangChain's per-call review interrupting (``HumanInTheLoopMiddleware(interrupt_mode="per_call")``).
+
+    >>> _approval_asked(ValueError("x"))
+    False
+    """
+    if not isinstance(error, GraphInterrupt):
+        return False
+    interrupts = error.args[0] if error.args else ()
+    return any(isinstance(i.value, Mapping) and i.value.get("type") == "tool_approval" for i in interrupts)
 
 
 def _schema_check(tool: Any) -> Callable[[dict[str, Any]], str | None] | None:
@@ -206,6 +174,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         self._outcomes: dict[str, Outcome] = {}
         """The last outcome of each task this middleware concluded (with its value and result), by task id."""
         self.tools = []
+        self.review: GuardedHumanInTheLoop | None = None
+        """The guarded review attached to this guard (:meth:`human_in_the_loop`); LangChain's own beside it is
+        refused at its first reviewed call."""
 
     @property
     def name(self) -> str:
@@ -219,34 +190,60 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
             return str(entry["task_id"])
         if self.options.guard is not None:
             return self.options.guard.task_id
-        configurable = _configurable()
+        return self._thread() or self.options.task_id or f"langchain-{uuid.uuid4().hex[:16]}"
+
+    @staticmethod
+    def _thread() -> str | None:
+        found = configurable()
         for key in ("task_id", "thread_id"):
-            if isinstance(configurable.get(key), str) and configurable[key]:
-                return str(configurable[key])
-        return self.options.task_id or f"langchain-{uuid.uuid4().hex[:16]}"
+            if isinstance(found.get(key), str) and found[key]:
+                return str(found[key])
+        return None
 
     def start(self, task_id: str, options: LangChainOptions | None = None) -> Scope:
-        """A new guarded run of ``task_id`` for this invocation (``options``: a claimed pause's)."""
+        """A new guarded run of ``task_id`` for this invocation (``options``: a claimed pause's, or the thread's
+        next run's)."""
         opts = options or self.options
         if opts.guard is None and opts.task_id != task_id:
             opts = LangChainOptions.merge(opts, {"task_id": task_id})
-        scope = self._scopes[task_id] = Scope(
-            GuardedRun.start(opts, reset_forced_function=opts.reset_forced_function), task_id
-        )
+        run = GuardedRun.start(opts, reset_forced_function=opts.reset_forced_function)
+        run.failures_given_back = True  # the layers between the guard and a tool's body see its exception
+        scope = self._scopes[task_id] = Scope(run, task_id, key=task_id)
         return scope
+
+    def _join(self, parent: Scope) -> Scope:
+        """The run of an agent invoked inside a guarded tool body: the parent's run, under a key of its own."""
+        key = f"{parent.task_id}~{uuid.uuid4().hex[:12]}"
+        scope = self._scopes[key] = Scope(parent.run, parent.task_id, key=key, nested=True)
+        return scope
+
+    def _start_thread(self) -> Scope:
+        """The run of a new invocation: the thread's next run (a task of its own once the last one ended), or the
+        one fixed task (``guard=`` or ``task_id=``)."""
+        thread = self._thread() if self.options.guard is None and self.options.task_id is None else None
+        if thread is None:
+            return self.start(self._task_id(None))
+        opts, _ = next_run_options(self.options, thread)
+        assert opts.task_id is not None
+        return self.start(opts.task_id, opts)
 
     def scope(self, state: Mapping[str, Any] | None) -> Scope:
         """The run of the invocation that ``state`` belongs to (started here when this process has none: a resume
         in another process continues the task from the store)."""
+        entry = (state or {}).get(STATE_KEY)
+        key = entry.get("scope") if isinstance(entry, Mapping) else None
+        found = self._scopes.get(key) if isinstance(key, str) else None
+        if found is not None:
+            return found
         task_id = self._task_id(state)
         found = self._scopes.get(task_id)
         return found if found is not None else self.start(task_id)
 
-    def outcome(self, result: Mapping[str, Any]) -> Outcome | None:
+    def outcome(self, result: Any) -> Outcome | None:
         """The task's outcome for an agent's result, as this process concluded it (with its ``value``), else the
         one the result carries (:func:`outcome_of`); after an approval interrupt, the ``needs_human/approval``
         outcome with its ``pause_id``."""
-        entry = result.get(STATE_KEY) if isinstance(result, Mapping) else None
+        entry = _state(result).get(STATE_KEY)
         task_id = entry.get("task_id") if isinstance(entry, Mapping) else None
         if isinstance(task_id, str):
             if task_id in self._outcomes:
@@ -258,61 +255,89 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
 
     def _entry(self, scope: Scope) -> dict[str, Any]:
         outcome = scope.outcome or scope.run.guard.outcome
-        return {"task_id": scope.task_id, "outcome": outcome.record().to_dict() if outcome is not None else None}
+        entry = {"task_id": scope.task_id, "outcome": outcome.record().to_dict() if outcome is not None else None}
+        return {**entry, "scope": scope.key} if scope.nested else entry
 
     # --- the agent's start and end ---------------------------------------------------------------------------
 
     @hook_config(can_jump_to=["end"])
     def before_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Start this invocation's run; a task that already ended returns its outcome and runs nothing."""
-        scope = self.start(self._task_id(None))  # a new invocation: the thread's task (or a task of its own)
+        """Start this invocation's run (inside a guarded tool body: join the parent's); a task that holds answers
+        why and runs nothing."""
+        parent = PARENT.get()
+        scope = self._join(parent) if parent is not None else self._start_thread()
         update: dict[str, Any] = {STATE_KEY: self._entry(scope)}
-        if scope.run.guard.outcome is not None:
+        if scope.nested and (scope.run.verdict is not None or scope.run.guard.outcome is not None):
+            update.update(messages=[ended_message(scope)], jump_to="end")
+        elif scope.run.guard.outcome is not None:
             scope.outcome = scope.run.guard.outcome
-            update["jump_to"] = "end"
+            update.update(messages=[ended_message(scope)], jump_to="end")
+            self.release(scope)
         return update
 
     def after_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Conclude the run: the task's one outcome, stored and carried in the state."""
+        """Conclude the run: the task's one outcome, stored and carried in the state (a nested agent's run leaves
+        its parent's task going)."""
         scope = self.scope(state)
-        if scope.outcome is None:
+        if scope.outcome is None and not scope.nested:
             scope.outcome = drive(conclude(scope.run, self._ending(scope, state)), perform_check)
-        return self._ended(scope)
+        return self._ended(scope, state)
 
     async def aafter_agent(self, state: LoopGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         scope = self.scope(state)
-        if scope.outcome is None:
+        if scope.outcome is None and not scope.nested:
             scope.outcome = await adrive(conclude(scope.run, self._ending(scope, state)), perform_check_async)
-        return self._ended(scope)
+        return self._ended(scope, state)
 
     def release(self, scope: Scope) -> None:
         """Forget an invocation's run (its outcome stays readable): the next hook of its task starts from the
         store, as a resume in another process would."""
-        self._scopes.pop(scope.task_id, None)
+        if self._scopes.get(scope.key) is scope:
+            del self._scopes[scope.key]
+        if scope.nested:
+            return
         if scope.outcome is not None:
             if len(self._outcomes) > 1024:
                 self._outcomes.clear()
             self._outcomes[scope.task_id] = scope.outcome
 
-    def _ended(self, scope: Scope) -> dict[str, Any]:
+    def _ended(self, scope: Scope, state: Mapping[str, Any]) -> dict[str, Any]:
         self.release(scope)
         return {STATE_KEY: self._entry(scope)}
 
     def _ending(self, scope: Scope, state: Mapping[str, Any]) -> Ending:
-        return Ending(output=_final_output(state), error=scope.error, stopped_by=scope.stopped_by, result=dict(state))
+        return Ending(output=final_output(state), error=scope.error, stopped_by=scope.stopped_by, result=dict(state))
 
     # --- model requests --------------------------------------------------------------------------------------
 
-    def _model_steps(self, scope: Scope, request: ModelRequest[Any]) -> Any:
-        run, model = scope.run, request.model
+    def _facts(
+        self, scope: Scope, request: ModelRequest[Any], model: BaseChatModel
+    ) -> tuple[str | None, int | None, RetryPolicy]:
         facts = scope.models.get(id(model))
         if facts is None or facts[0] is not model or request.model_settings:
             name, bound = model_name(model), output_bound(model, request.model_settings)
-            run.check_enforceable(name, bound, where="the agent's chat model")
+            scope.run.check_enforceable(name, bound, where="the agent's chat model")
             retry = self.options.model_retry or RetryPolicy(max_retries=client_retries(model))
             facts = scope.models[id(model)] = (model, name, bound, retry)
-        _, name, bound, retry = facts
+        return facts[1], facts[2], facts[3]
+
+    def _guarded_request(self, scope: Scope, request: ModelRequest[Any]) -> tuple[ModelBody, ModelRequest[Any]]:
+        """The request handed down: its chat model guarded at the body, its ``tool_choice`` the guard's."""
+        for offered in request.tools:
+            if isinstance(offered, Mapping):  # a provider's built-in tool: it runs at the provider, no body here
+                hosted = str(offered.get("name") or offered.get("type") or "?")
+                scope.run.admit(hosted, "a provider's built-in tool (it runs at the model provider)", _HOSTED_FIX)
+        inside = chat_model_in(request.model)
+        if inside is None:
+            raise ValueError(
+                f"LoopGuardMiddleware guards a chat model's requests at its client, and finds no chat model in "
+                f"{type(request.model).__name__}: pass the chat model itself to create_agent (for retries, its "
+                "max_retries= or the guard's model_retry=; one model per agent)"
+            )
+        model, rebuild = inside
+        name, bound, retry = self._facts(scope, request, model)
         requested = request.tool_choice if request.tool_choice is not None else self.options.tool_choice
+        choice = scope.run.tool_choice(requested, ahead=1) if request.tools else requested
 
         def prompt() -> dict[str, Any]:  # what the request is made of, for the input estimate
             offered = [getattr(t, "name", t) for t in request.tools]
@@ -320,36 +345,43 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
             system = request.system_message.content if request.system_message is not None else None
             return {"instructions": system, "input": messages, "tools": offered}
 
-        return model_request(
-            run,
-            requested,
-            offers_tools=bool(request.tools),
-            model=name,
-            request=prompt,
-            max_output_tokens=bound,
-            retry=retry,
-            usage=usage_of,
-        )
+        def steps() -> Any:
+            return model_request(
+                scope.run,
+                choice,
+                offers_tools=False,  # decided above, before the request is bound
+                model=name,
+                request=prompt,
+                max_output_tokens=bound,
+                retry=retry,
+                usage=usage_of,
+            )
 
-    @staticmethod
-    def _attempt(request: ModelRequest[Any], send: Send) -> ModelRequest[Any]:
-        model = single_attempt(request.model, send.timeout)
-        if send.tool_choice == request.tool_choice and model is request.model:
-            return request
-        return request.override(tool_choice=send.tool_choice, model=model)
+        body = ModelBody(scope, model, steps)
+        return body, request.override(model=rebuild(guarded_model(model, body)), tool_choice=choice)
 
-    def _answered(self, scope: Scope, response: Any) -> Any:
-        """The model's response, its calls with arguments that are not JSON refused (``invalid_call``) and routed
-        to the tools, where the model reads the refusal."""
-        if isinstance(response, Failed):
-            if isinstance(response.error, ValidationError):  # the chat model could not read the model's answer
-                if scope.run.done is None:  # (after validated done it was only the final answer)
-                    scope.stopped_by, scope.error = "model_behavior", response.error
-            elif response.verdict is None:  # not an API error: the task ends stopped/fatal, the error goes on
-                conclude_now(scope.run, Ending(error=response.error))
-            else:
-                scope.error = response.error
-            return ModelResponse(result=[_ended_message(scope)])
+    def _failed(self, scope: Scope, failed: Failed) -> Any:
+        """A model request that gave no response: the answer that ends the agent (the run decides why)."""
+        if isinstance(failed.error, ValidationError):  # the chat model could not read the model's answer
+            if scope.run.done is None:  # (after validated done it was only the final answer)
+                scope.stopped_by, scope.error = "model_behavior", failed.error
+        elif failed.verdict is None and failed.error is not None:  # not an API error: stopped/fatal, raised
+            conclude_now(scope.run, Ending(error=failed.error))
+        elif failed.error is not None:
+            scope.error = failed.error
+        return ModelResponse(result=[ended_message(scope)])
+
+    def _answered(self, scope: Scope, body: ModelBody, response: Any) -> Any:
+        """What the agent reads: the model's response, its calls with arguments that are not JSON refused
+        (``invalid_call``) and routed to the tools, where the model reads the refusal; the guard's answer when
+        the run was decided, when the model's last call failed, or when no guarded call made the response."""
+        if scope.run.verdict is not None or scope.run.guard.outcome is not None:
+            return ModelResponse(result=[ended_message(scope)])
+        if body.failed is not None:  # a layer answered after the model's request failed
+            return self._failed(scope, body.failed)
+        if body.runs == 0:
+            scope.run.refuse_door(_UNGUARDED_ANSWER)
+            return ModelResponse(result=[ended_message(scope)])
         messages = getattr(response, "result", None)
         if not messages or not isinstance(messages[0], AIMessage) or not messages[0].invalid_tool_calls:
             return response
@@ -364,122 +396,119 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         fixed = message.model_copy(update={"tool_calls": routed, "invalid_tool_calls": []})
         return ModelResponse(result=[fixed, *messages[1:]], structured_response=response.structured_response)
 
+    def _raised(self, scope: Scope, body: ModelBody | None, error: Exception) -> Any:
+        """An exception out of the layers below: the model's own failure, or a programming error (the task ends
+        ``stopped/fatal`` and it goes on)."""
+        if body is not None and body.failed is not None and body.failed.error is error:
+            return self._failed(scope, body.failed)
+        conclude_now(scope.run, Ending(error=error))
+        raise error
+
+    def _decided(self, request: ModelRequest[Any]) -> tuple[Scope, Any]:
+        scope = self.scope(request.state)
+        if scope.run.verdict is not None or scope.run.guard.outcome is not None:  # decided: the model is not asked
+            return scope, ModelResponse(result=[ended_message(scope)])
+        return scope, None
+
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> Any:
-        """Each attempt reserved before it leaves, sent once with the guard's ``tool_choice``."""
-        scope = self.scope(request.state)
-        if scope.run.verdict is not None or scope.run.guard.outcome is not None:  # decided: the model is not asked
-            return ModelResponse(result=[_ended_message(scope)])
-
-        def perform(effect: Any) -> Any:
-            if isinstance(effect, Send):
-                return handler(self._attempt(request, effect))
-            return perform_check(effect)
-
+        """The request handed down with its chat model guarded at the body (every call of it reserved)."""
+        scope, decided = self._decided(request)
+        if decided is not None:
+            return decided
+        body: ModelBody | None = None
         try:
-            response = drive(self._model_steps(scope, request), perform)
-        except Exception as exc:  # a programming error before the request: the task ends stopped/fatal
-            conclude_now(scope.run, Ending(error=exc))
+            body, guarded = self._guarded_request(scope, request)
+            response = handler(guarded)
+        except GraphBubbleUp:
             raise
+        except Exception as exc:
+            return self._raised(scope, body, exc)
         except BaseException as exc:
             conclude_now(scope.run, Ending(cancelled=True, detail=f"{type(exc).__name__} during a model request"))
             raise
-        return self._answered(scope, response)
+        return self._answered(scope, body, response)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> Any:
-        scope = self.scope(request.state)
-        if scope.run.verdict is not None or scope.run.guard.outcome is not None:  # decided: the model is not asked
-            return ModelResponse(result=[_ended_message(scope)])
-
-        async def perform(effect: Any) -> Any:
-            if isinstance(effect, Send):
-                return await within_deadline(handler(self._attempt(request, effect)), effect.timeout)
-            return await perform_check_async(effect)
-
+        scope, decided = self._decided(request)
+        if decided is not None:
+            return decided
+        body: ModelBody | None = None
         try:
-            response = await adrive(self._model_steps(scope, request), perform)
-        except Exception as exc:
-            conclude_now(scope.run, Ending(error=exc))
+            body, guarded = self._guarded_request(scope, request)
+            response = await handler(guarded)
+        except GraphBubbleUp:
             raise
+        except Exception as exc:
+            return self._raised(scope, body, exc)
         except BaseException as exc:
             conclude_now(scope.run, Ending(cancelled=True, detail=f"{type(exc).__name__} during a model request"))
             raise
-        return self._answered(scope, response)
+        return self._answered(scope, body, response)
 
     # --- tool calls --------------------------------------------------------------------------------------------
 
-    def _proposal(self, scope: Scope, request: ToolCallRequest) -> tuple[ToolSpec, Any]:
+    def _body(self, scope: Scope, request: ToolCallRequest) -> ToolBody | ToolMessage:
+        """The call's guarded body, or the refusal the model reads at once (arguments that are not JSON or do not
+        fit the tool, an unknown tool, a run that ended): nothing below the guard runs for it."""
         call, run = request.tool_call, scope.run
+        if self.review is None and isinstance(request.state, Mapping) and _REVIEWED in request.state:
+            return refusal(call, refusal_message(run.refuse_door(_PLAIN_REVIEW)))
         name, call_id = call.get("name") or "", call.get("id")
         spec = self.options.tools.get(name) or ToolSpec(declared=False)
+        check = _schema_check(request.tool) if request.tool is not None else None
         if call_id in scope.invalid:
-            return spec, run.refuse_invalid(name, spec.kind, scope.invalid.pop(call_id)[1])
-        if request.tool is None:
-            return spec, run.refuse_invalid(name, spec.kind, f"unknown tool {name!r}")
-        return spec, run.propose(spec, name, call.get("args") or {}, call_id, check=_schema_check(request.tool))
+            proposed: Any = run.refuse_invalid(name, spec.kind, scope.invalid.pop(call_id)[1])
+        elif request.tool is None:
+            proposed = run.refuse_invalid(name, spec.kind, f"unknown tool {name!r}")
+        else:
+            proposed = run.propose(spec, name, call.get("args") or {}, call_id, check=check)
+        if isinstance(proposed, Executed):
+            return refusal(call, proposed.message or "refused")
+        return ToolBody(scope, spec, call, check)
 
     @staticmethod
-    def _message(request: ToolCallRequest, executed: Executed, sent: list[Any]) -> ToolMessage | Command[Any]:
-        if executed.message is not None:
-            return _refusal(request.tool_call, executed.message)
-        if sent:
-            reply: ToolMessage | Command[Any] = sent[-1]
-            return reply
-        output = executed.output  # a committed write's stored output: never executed again
-        text = output if isinstance(output, str) else str(output)
-        return ToolMessage(content=text, name=request.tool_call.get("name"), tool_call_id=request.tool_call["id"])
+    def _handed_down(request: ToolCallRequest, body: ToolBody) -> ToolCallRequest:
+        assert request.tool is not None
+        return request.override(tool=GuardedTool.around(request.tool, body))
 
-    @staticmethod
-    def _executing(request: ToolCallRequest, effect: Execute) -> ToolCallRequest:
-        return request.override(tool_call={**request.tool_call, "args": dict(effect.call.args)})
-
-    @staticmethod
-    def _output(reply: Any) -> Any:
-        """What ``verify(args, output)`` receives: the text the model reads (a ``Command``'s own object)."""
-        return reply.content if isinstance(reply, ToolMessage) else reply
+    def _tool_raised(self, scope: Scope, body: ToolBody, error: BaseException) -> ToolMessage:
+        if self.review is None and _approval_asked(error):  # LangChain's own review, per call, below the guard
+            return refusal(body.call, refusal_message(scope.run.refuse_door(_PLAIN_REVIEW)))
+        if isinstance(error, GraphBubbleUp):
+            raise error
+        if isinstance(error, Exception) and body.raised(error) and body.last is not None:
+            return refusal(body.call, scope.run.failure_stands(body.last))
+        if not isinstance(error, Exception):
+            conclude_now(scope.run, Ending(cancelled=True, detail=f"{type(error).__name__} during a tool call"))
+        raise error
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
-        """Authorize, execute once, verify and settle one call; a refusal is the ``ToolMessage`` the model reads."""
+        """The call handed down with its tool guarded at the body; a refusal is the ``ToolMessage`` the model
+        reads. The calls of one response take the run one at a time, in the response's order."""
         scope = self.scope(request.state)
         call_id = str(request.tool_call.get("id"))
         before = _preceding(request.state, call_id)
         with scope.turns:
             scope.turns.wait_for(lambda: all(p in scope.served for p in before), timeout=_TURN_WAIT)
             try:
-                return self._tool_call(scope, request, handler)
+                body = self._body(scope, request)
+                if isinstance(body, ToolMessage):
+                    return body
+                try:
+                    reply = handler(self._handed_down(request, body))
+                except BaseException as exc:
+                    return self._tool_raised(scope, body, exc)
+                answer: ToolMessage | Command[Any] = body.answer(reply)
+                return answer
             finally:
                 scope.served.add(call_id)
                 scope.turns.notify_all()
-
-    def _tool_call(
-        self, scope: Scope, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
-    ) -> ToolMessage | Command[Any]:
-        spec, proposed = self._proposal(scope, request)
-        if isinstance(proposed, Executed):
-            return _refusal(request.tool_call, proposed.message or "refused")
-        sent: list[Any] = []
-
-        def perform(effect: Any) -> Any:
-            if isinstance(effect, Execute):
-                sent.append(handler(self._executing(request, effect)))
-                return self._output(sent[-1])
-            if isinstance(effect, Sleep):
-                time.sleep(effect.seconds)
-                return None
-            return perform_check(effect)
-
-        try:
-            executed = drive(scope.run.execute(spec, proposed), perform)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                conclude_now(scope.run, Ending(cancelled=True, detail=f"{type(exc).__name__} during a tool call"))
-            raise
-        return self._message(request, executed, sent)
 
     async def awrap_tool_call(
         self,
@@ -487,36 +516,19 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         scope = self.scope(request.state)
-        spec, proposed = self._proposal(scope, request)
-        if isinstance(proposed, Executed):
-            return _refusal(request.tool_call, proposed.message or "refused")
-        sent: list[Any] = []
-
-        async def perform(effect: Any) -> Any:
-            if isinstance(effect, Execute):
-                sent.append(await within_deadline(handler(self._executing(request, effect)), effect.timeout))
-                return self._output(sent[-1])
-            if isinstance(effect, Check):
-                value = effect.verify(*effect.args)
-                return await value if inspect.isawaitable(value) else value
-            return await perform_check_async(effect)
-
+        body = self._body(scope, request)
+        if isinstance(body, ToolMessage):
+            return body
         try:
-            executed = await adrive(scope.run.execute(spec, proposed), perform)
-        except asyncio.CancelledError:
-            conclude_now(scope.run, Ending(cancelled=True, detail="the run was cancelled during a tool call"))
-            raise
+            reply = await handler(self._handed_down(request, body))
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                conclude_now(scope.run, Ending(cancelled=True, detail=f"{type(exc).__name__} during a tool call"))
-            raise
-        return self._message(request, executed, sent)
+            return self._tool_raised(scope, body, exc)
+        answer: ToolMessage | Command[Any] = body.answer(reply)
+        return answer
 
     # --- approvals -------------------------------------------------------------------------------------------
 
-    def human_in_the_loop(self, interrupt_on: Mapping[str, Any], **options: Any) -> Any:
+    def human_in_the_loop(self, interrupt_on: Mapping[str, Any], **options: Any) -> GuardedHumanInTheLoop:
         """LangChain's ``HumanInTheLoopMiddleware`` (same arguments), with its interrupts stored as pauses of this
         guard's task and its ``Command(resume=...)`` continuing the same task once (see :mod:`.approvals`)."""
-        from .approvals import GuardedHumanInTheLoop
-
         return GuardedHumanInTheLoop(self, interrupt_on=dict(interrupt_on), **options)

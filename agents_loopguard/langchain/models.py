@@ -88,8 +88,10 @@ def single_attempt(model: BaseChatModel, timeout: float | None) -> BaseChatModel
 
 
 def usage_of(response: Any) -> tuple[int, int] | None:
-    """The tokens a model response reports (``AIMessage.usage_metadata``)."""
-    for message in getattr(response, "result", None) or [response]:
+    """The tokens a model response reports (``AIMessage.usage_metadata``; a ``ChatResult``'s generations)."""
+    generations = getattr(response, "generations", None)
+    found = [getattr(g, "message", None) for g in generations] if isinstance(generations, list) else None
+    for message in found or getattr(response, "result", None) or [response]:
         if isinstance(message, AIMessage) and message.usage_metadata:
             usage = message.usage_metadata
             return int(usage.get("input_tokens", 0) or 0), int(usage.get("output_tokens", 0) or 0)

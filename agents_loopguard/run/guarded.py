@@ -46,7 +46,7 @@ from ..store.defaults import default_store
 from ..values.calls import Call, Verdict
 from ..values.outcome import Outcome, Reason, Status
 from .choices import forced_name, forces_tool
-from .declarations import ToolSpec, Verify, declare_tool
+from .declarations import ToolSpec, Verify, check_declarations, check_unguarded, declare_tool
 from .effects import (
     Answer,
     Check,
@@ -62,7 +62,7 @@ from .effects import (
 from .model_errors import ModelFailure, classify_model_error
 from .options import OnRefusal, Release, RunOptions
 from .retry import NO_RETRY, RetryPolicy
-from .state import Executed, GuardStopped, call_label, refusal_message
+from .state import Executed, GuardStopped, UnguardedTool, call_label, refusal_message
 from .telemetry import Telemetry, telemetry_for_run
 from .tool_calls import ToolCalls, jsonable
 
@@ -79,6 +79,7 @@ __all__ = [
     "Release",
     "Sleep",
     "ToolSpec",
+    "UnguardedTool",
     "Verify",
     "adrive",
     "call_label",
@@ -184,6 +185,8 @@ class GuardedRun(ToolCalls):
         ...
         ValueError: a guarded run needs guard= or budget=Budget(...): there is no unlimited default
         """
+        check_declarations(options.tools)
+        check_unguarded(options.unguarded)
         guard = _guard_of(options)
         guard.check_prices()
         if guard.observer is None and observer is not None:
@@ -213,7 +216,7 @@ class GuardedRun(ToolCalls):
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}" if where else str(exc)) from None
 
-    def tool_choice(self, requested: Any) -> Any:
+    def tool_choice(self, requested: Any, *, ahead: int = 0) -> Any:
         """The ``tool_choice`` to send with a request that offers tools (R12): once no work remains, whatever was
         asked becomes ``release`` (``"none"`` by default: the model answers; a requested ``"none"`` stays); while
         work remains, a forced function that already ran is sent as ``"auto"`` when ``reset_forced_function``.
@@ -222,8 +225,11 @@ class GuardedRun(ToolCalls):
         >>> run = GuardedRun.start(RunOptions(budget=Budget(model_turns=5, tool_executions=0), store=MemoryStore()))
         >>> run.tool_choice("required"), run.tool_choice("auto"), run.tool_choice(None)
         ('none', 'none', 'none')
+
+        ``ahead=1`` decides for a request whose turn is not reserved yet (an adapter that binds the choice before
+        the request reaches the model's client, where it is reserved).
         """
-        if self.no_work_remains():
+        if self.no_work_remains(ahead=ahead):
             return "none" if requested == "none" else self.release
         name = forced_name(requested)
         if self.reset_forced_function and name is not None and name in self.ran:

@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from ..store.base import Store
 from ..values.budget import Budget, Policy
 from ..values.pricing import InputEstimator, Price
 from ..values.pricing import estimate_input_tokens as _estimate_input_tokens
+from .declarations import ToolSpec
 from .durable import DurableSteps
 
 if TYPE_CHECKING:
     from ..engine.core import Guard
 
-__all__ = ["OnPause", "OnRefusal", "OutputVerifier", "Release", "RunFields", "RunOptions"]
+__all__ = ["OnPause", "OnRefusal", "OutputVerifier", "Release", "RunFields", "RunFieldsBase", "RunOptions"]
 
 OnRefusal = Literal["end", "continue", "raise"]
 """What a refused call does to the run: ``end`` it with the outcome (default), tell the model and ``continue``, or
@@ -110,6 +111,20 @@ class RunOptions:
     """The family a new task's metrics are summed under (a lowercase name such as ``"refunds"``); None derives it
     from the task id (:mod:`agents_loopguard.values.families`: uuid, numeric and hash-like ids are one family, free
     text is ``other``). Only a new task takes it: a task keeps the family it was created with."""
+    # --- tools ---
+    tools: Mapping[str, ToolSpec] = field(default_factory=dict)
+    """The guard's declarations by tool name (:func:`~agents_loopguard.run.declare_tool`), for tools you do not
+    wrap or cannot wrap (MCP tools, tools built by a framework, ``FunctionTool`` objects made elsewhere):
+    ``tools={"refund": declare_tool("refund", kind="write", operation_id=..., verify=...)}``. A wrapper
+    (``guarded_tool``, ``GuardedTool``...) that declares nothing takes the declaration by name; a tool declared by
+    both must be given the same declaration, or the run is refused when it starts. A tool nobody declared is
+    guarded as a read without ``verify``."""
+    unguarded: Mapping[str, str] = field(default_factory=dict)
+    """Tools the run may offer although the guard cannot reach their bodies, each with why you accept that:
+    ``unguarded={"web_search": "read-only search at the provider"}``. Without it such a tool (a hosted tool that
+    runs at the model provider, a tool type the adapter does not know) is refused when the run starts, with the
+    fix named. Every opt-out is recorded in the task's trace (``kind="unguarded"``, with the why) when the run
+    starts; the requests that may trigger the tool are still counted."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -138,8 +153,9 @@ class RunOptions:
         )
 
 
-class RunFields(TypedDict, total=False):
-    """The fields of :class:`RunOptions` as keyword arguments of an entry point (``**fields: Unpack[RunFields]``)."""
+class RunFieldsBase(TypedDict, total=False):
+    """The fields of :class:`RunOptions` but ``tools``, as keyword arguments of an entry point whose own ``tools=``
+    takes the tools themselves (the raw loop: declarations by name come with ``options=RunOptions(tools=...)``)."""
 
     budget: Budget | None
     task_id: str | None
@@ -156,3 +172,10 @@ class RunFields(TypedDict, total=False):
     who: str | None
     durable: DurableSteps | None
     family: str | None
+    unguarded: Mapping[str, str]
+
+
+class RunFields(RunFieldsBase, total=False):
+    """The fields of :class:`RunOptions` as keyword arguments of an entry point (``**fields: Unpack[RunFields]``)."""
+
+    tools: Mapping[str, ToolSpec]

@@ -19,7 +19,7 @@ from ..values.outcome import Outcome, Reason, Status
 from .options import OnRefusal, Release, RunOptions
 from .telemetry import Telemetry
 
-__all__ = ["Executed", "Flight", "GuardStopped", "RunState", "call_label", "refusal_message"]
+__all__ = ["Executed", "Flight", "GuardStopped", "RunState", "UnguardedTool", "call_label", "refusal_message"]
 
 _CONTINUABLE = frozenset(
     {
@@ -55,6 +55,11 @@ class GuardStopped(LoopguardError):
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(f"the guard stopped task {outcome.task_id}: {outcome.status}/{outcome.reason}")
         self.outcome = outcome
+
+
+class UnguardedTool(LoopguardError, ValueError):
+    """A tool whose body the adapter cannot reach (a hosted tool, a tool type it does not know), refused when the
+    run starts; the message names the fix and the opt-out (``RunOptions.unguarded``)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,13 @@ class RunState:
     cancel_requested: bool = False
     telemetry: Telemetry | None = None
     """What the run tells an observability backend (:mod:`~agents_loopguard.run.telemetry`; None: nothing)."""
+    failures_given_back: bool = False
+    """A tool body's exception goes back to the framework, whose retry layers between the guard and the body may run
+    the body again (each run a new proposal: reserved, a write with an unknown result refused): the failure is
+    recorded at once and reported (ending the run per ``on_refusal``) only when it stands
+    (:meth:`~agents_loopguard.run.tool_calls.ToolCalls.failure_stands`)."""
+    outside: set[str] = field(default_factory=set)
+    """Tools this run admitted outside the guard (``RunOptions.unguarded``), each recorded once."""
     _done_turn: int = 0
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -150,6 +162,11 @@ class RunState:
             self.verdict = verdict
         return self.verdict
 
+    def refuse_door(self, detail: str) -> Verdict:
+        """A path the adapter cannot guard was taken: the run ends ``stopped/fatal`` with the fix in ``detail``
+        (fail closed), nothing more runs."""
+        return self.stop(Verdict(Status.STOPPED, Reason.FATAL, detail))
+
     def report(self, verdict: Verdict) -> str:
         """Apply the refusal mode to a verdict about one call; return what the model reads."""
         if self.on_refusal == "continue" and verdict.status is Status.STOPPED and verdict.reason in _CONTINUABLE:
@@ -158,10 +175,13 @@ class RunState:
             self.stop(verdict)
         return refusal_message(verdict)
 
-    def no_work_remains(self) -> bool:
-        """Validated done, or no tool execution left, or no later model turn to read a tool's result."""
+    def no_work_remains(self, *, ahead: int = 0) -> bool:
+        """Validated done, or no tool execution left, or no later model turn to read a tool's result (``ahead``:
+        turns about to be reserved, for a choice made before its request is reserved)."""
         used, budget = self.guard.used, self.guard.budget
-        return self.done is not None or used.tools >= budget.tool_executions or used.models >= budget.model_turns
+        return (
+            self.done is not None or used.tools >= budget.tool_executions or used.models + ahead >= budget.model_turns
+        )
 
     def remaining(self) -> float | None:
         """Seconds left before the task's deadline (``None`` without one): what work in flight may still take."""
@@ -174,6 +194,30 @@ class RunState:
         if deadline is not None and self.guard.now() + seconds >= deadline:
             return Verdict(Status.STOPPED, Reason.DEADLINE, f"a retry in {seconds:.3g}s would start past the deadline")
         return None
+
+    def admit(self, tool: str, what: str, fix: str) -> None:
+        """A tool whose body the adapter cannot reach (``what`` says what it is): refused with
+        :class:`UnguardedTool` naming ``fix``, unless ``RunOptions.unguarded`` opts it out (then recorded in the
+        task's trace, once per run). Adapters call it for every such tool before anything runs (and before a
+        request that offers one that appeared at run time).
+
+        >>> from agents_loopguard import Budget, MemoryStore, RunOptions
+        >>> from agents_loopguard.run import GuardedRun
+        >>> run = GuardedRun.start(RunOptions(budget=Budget(1, 1), store=MemoryStore()))
+        >>> run.admit("web_search", "a hosted tool", "do the search in a function tool")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        agents_loopguard.run.state.UnguardedTool: tool 'web_search' is a hosted tool: the guard cannot reserve ...
+        """
+        why = self.options.unguarded.get(tool)
+        if why is None:
+            raise UnguardedTool(
+                f"tool {tool!r} is {what}: the guard cannot reserve its body, so the run is refused. {fix}; or run "
+                f'it outside the guard on purpose: unguarded={{{tool!r}: "why"}} (recorded in the task\'s trace)'
+            )
+        if tool not in self.outside:
+            self.outside.add(tool)
+            self.guard.record_outside(tool, f"{what}: {why}")
 
     def checkpoint(self) -> Verdict | None:
         """Before a handoff, a sub-agent or a pending job: the run's own end, or the task's stop mark."""

@@ -14,7 +14,7 @@ from typing import Any
 from ..values.calls import KINDS, Call, Ticket, Verdict
 from ..values.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from ..values.outcome import Reason, Status
-from .declarations import ToolSpec, Unnamed, parse_arguments
+from .declarations import ToolSpec, Unnamed, parse_arguments, resolve
 from .durable import recorded, replayed
 from .effects import Answer, Check, DeadlineExceeded, Execute, Sleep
 from .retry import ToolFailure
@@ -27,6 +27,20 @@ _AFTER_DONE = "not executed: the application already validated the task as done;
 
 class ToolCalls(RunState):
     """One tool call, from the model's proposal to its settled result (see the module)."""
+
+    def declaration(self, tool: str, own: ToolSpec | None = None) -> ToolSpec:
+        """The declaration this run applies to ``tool``, given its wrapper's own (``own``) and the run's
+        declarations by name (``RunOptions.tools``): the one rule of :func:`~agents_loopguard.run.declarations.resolve`
+        (a conflict is a ``ValueError`` naming the fix; adapters ask for every tool they know when the run starts).
+
+        >>> from agents_loopguard import Budget, MemoryStore, RunOptions
+        >>> from agents_loopguard.run import GuardedRun, declare_tool
+        >>> tools = {"lookup": declare_tool("lookup", max_executions=2)}
+        >>> run = GuardedRun.start(RunOptions(budget=Budget(1, 1), store=MemoryStore(), tools=tools))
+        >>> run.declaration("lookup").max_executions, run.declaration("search").declared
+        (2, False)
+        """
+        return resolve(tool, own, self.options.tools)
 
     def refuse_invalid(self, tool: str, kind: str, detail: str) -> Executed:
         """Refuse a call that is not a valid call of an offered tool, through the engine's own validation (traced
@@ -205,7 +219,17 @@ class ToolCalls(RunState):
     def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
         failed = self.guard.fail(ticket, error, reason=reason)
         self.failures[id(error)] = (error, failed)
+        if self.failures_given_back and reason is Reason.EXECUTOR_EXCEPTION:
+            return Executed(message=refusal_message(failed), error=error, verdict=failed)
         return Executed(message=self.report(failed), error=error, verdict=failed)
+
+    def failure_stands(self, executed: Executed) -> str:
+        """A body's failure given back to the framework (``failures_given_back``) that no retry layer overcame:
+        reported now (the run ends per ``on_refusal``); returns what the model reads."""
+        assert executed.verdict is not None, "only a recorded failure stands"
+        if self.verdict is not None:
+            return refusal_message(self.verdict)
+        return self.report(executed.verdict)
 
     def _settled(self, verdict: Verdict, output: Any, *, ran: bool) -> Executed:
         if verdict.status is Status.COMPLETED:

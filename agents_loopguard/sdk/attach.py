@@ -57,11 +57,12 @@ from ..run import Ending, GuardedRun, RunFields, RunOptions, StopKind, adrive, c
 from ..values.outcome import Outcome
 from ._internal import Halt, trace_decision
 from .claims import ClaimedState, continue_pause
-from .graph import guard_agent, guard_config, install_nested_guard, is_copy
+from .graph import guard_agent, guard_config, install_nested_guard, is_copy, restore_on
 from .hooks import GuardHooks
+from .kinds import admit_tools
 from .model import is_step_model
 from .pauses import persist_pause, waiting_detail
-from .private import agent_of_tool, state_context
+from .private import agent_of_tool
 
 __all__ = ["Entering", "GuardStopped", "LoopGuard"]
 
@@ -137,6 +138,14 @@ def _check_enforceable(agent: Agent[Any], config: RunConfig, run: GuardedRun) ->
         name = model if isinstance(model, str) else getattr(getattr(model, "inner", model), "model", None)
         where = f"agent {member.name!r}"
         run.check_enforceable(name if isinstance(name, str) else None, settings.max_tokens, where=where)
+
+
+def _check_tools(agent: Agent[Any], run: GuardedRun) -> None:
+    """Every tool of the reachable agents, before anything runs: declared once (a tool declared by its wrapper and,
+    differently, in ``RunOptions.tools`` is refused), and a tool whose body the guard cannot reach (a hosted tool,
+    an unknown type) refused unless ``RunOptions.unguarded`` opts it out (see :mod:`.kinds`)."""
+    for member in _graph(agent):
+        admit_tools(run, member.tools)
 
 
 def _guarded_copy(agent: Agent[Any]) -> Agent[Any]:
@@ -236,6 +245,7 @@ class LoopGuard:
         copy = agent if self._composed else _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
+        _check_tools(agent, self.run)
         if isinstance(input, RunState) and input is not self._restored:  # the application's state stays as it was
             input = await self.restored(agent, input)
         if self._entering is not None:
@@ -246,12 +256,7 @@ class LoopGuard:
         """``state`` restored against the guarded copies of ``agent``'s graph (the SDK resumes with the state's
         agents, matched by name), keeping its context; it becomes this guard's input."""
         copy = agent if self._composed else guard_agent(agent)
-        context = state_context(state)
-        if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
-            restored: RunState[Any] = await RunState.from_json(copy, state.to_json())
-        else:
-            data = state.to_json(context_serializer=lambda _context: {})
-            restored = await RunState.from_json(copy, data, context_override=context)
+        restored = await restore_on(copy, state)
         self.input = self._restored = restored
         return restored
 
@@ -266,6 +271,7 @@ class LoopGuard:
         copy = _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
+        _check_tools(agent, self.run)
         return copy
 
     def _check_entry(self, input: Any) -> None:
