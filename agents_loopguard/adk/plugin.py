@@ -52,7 +52,7 @@ from ..run import (
     Ending,
     Executed,
     GuardedRun,
-    RunFields,
+    RunFieldsBase,
     RunOptions,
     ToolSpec,
     adrive,
@@ -77,8 +77,10 @@ class LoopGuardPlugin(BasePlugin):
     verified and settled, one :class:`~agents_loopguard.Outcome` per invocation.
 
     ``options`` (or the :class:`~agents_loopguard.RunOptions` fields as keywords): the task's budget, store,
-    policy, refusal mode... Without ``task_id`` the task is the ADK session's id: the session's budget. ``tools``:
-    guard declarations by tool name for tools that are not :func:`~agents_loopguard.adk.guarded_tool`'s.
+    policy, refusal mode... Without ``task_id`` the task is the ADK session's id: the session's budget. ``tools``
+    (or ``RunOptions.tools``): the guard's declarations by tool name (:func:`~agents_loopguard.run.declare_tool`),
+    for tools you do not wrap with :func:`~agents_loopguard.adk.guarded_tool` (a plain function, a ``FunctionTool``
+    made elsewhere, a toolset's tools); a tool declared both ways must get the same declaration.
     ``reset_forced_function``: a function the request forces (``ANY`` with one allowed name) that already ran is
     sent as ``AUTO`` (ADK has no reset of its own; on by default). ``conversation``: a new user message to a
     session whose last run ended with an answer continues the session's task (on by default; ``False``: the task
@@ -99,13 +101,15 @@ class LoopGuardPlugin(BasePlugin):
         name: str = "loopguard",
         reset_forced_function: bool = True,
         conversation: bool = True,
-        **fields: Unpack[RunFields],
+        **fields: Unpack[RunFieldsBase],
     ) -> None:
         super().__init__(name=name)
         self.reset_forced_function = reset_forced_function
         self.conversation = conversation
-        self.options = RunOptions.merge(options, fields)
-        self.tools = dict(tools or {})
+        merged = RunOptions.merge(options, fields)
+        if tools:  # the plugin's own tools= are declarations by name too (RunOptions.tools), the keywords winning
+            merged = RunOptions.merge(merged, {"tools": {**merged.tools, **tools}})
+        self.options = merged
         self._invocations: dict[str, Invocation] = {}
         self._outcomes: dict[str, Outcome] = {}
         self._by_invocation: dict[str, Outcome] = {}
@@ -192,7 +196,10 @@ class LoopGuardPlugin(BasePlugin):
         return None
 
     def _check(self, run: GuardedRun, root: BaseAgent) -> None:
-        """Refuse before anything runs what the guard could not enforce in the agent tree under ``root``."""
+        """Refuse before anything runs what the guard could not enforce in the agent tree under ``root``: a
+        request shape whose limits cannot be enforced, a tool declared twice differently, client retries."""
+        for tool in wire.listed_tools(root):
+            run.declaration(tool.name, tool_spec(tool))
         for agent_name, model, max_tokens in wire.request_shapes(root):
             run.check_enforceable(model, max_tokens, where=f"agent {agent_name!r}")
         for agent_name in wire.client_retries(root):
@@ -390,7 +397,7 @@ class LoopGuardPlugin(BasePlugin):
         run = state.run
         if type(tool) is BaseTool:  # ADK's stand-in for a name the agent has no tool for
             return self._answer(tool_context, run.refuse_invalid(tool.name, "read", f"unknown tool {tool.name!r}"))
-        spec = self.tools.get(tool.name) or tool_spec(tool)
+        spec = run.declaration(tool.name, tool_spec(tool))  # its wrapper's, or by name (RunOptions.tools)
         waits = await self._confirmation(state, tool, spec, tool_args, tool_context)
         if waits:
             return None  # ADK's confirmation gate answers it: nothing is reserved

@@ -22,6 +22,7 @@ from google.adk.agents.base_agent import BaseAgent
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from ..run import ToolSpec
@@ -32,6 +33,7 @@ __all__ = [
     "answer_text",
     "client_retries",
     "has_function_calls",
+    "listed_tools",
     "misfit",
     "pending_call",
     "refusal",
@@ -151,6 +153,15 @@ def agents(root: BaseAgent) -> Iterator[BaseAgent]:
             for tool in getattr(agent, "tools", None) or []
             if isinstance(wrapped := getattr(tool, "agent", None), BaseAgent)
         )
+
+
+def listed_tools(root: BaseAgent) -> Iterator[BaseTool]:
+    """The tools the agents a run of ``root`` reaches list as tool objects (a plain function is ADK's
+    ``FunctionTool`` once the agent runs; a toolset lists its own tools only then)."""
+    for agent in agents(root):
+        for tool in getattr(agent, "tools", None) or []:
+            if isinstance(tool, BaseTool):
+                yield tool
 
 
 def client_retries(root: BaseAgent) -> Iterator[str]:
