@@ -65,7 +65,7 @@ from ..run.requests import Failed, Send, model_request
 from ..store.base import PauseAlreadyResumed
 from ..values.errors import InputError, StateError
 from ..values.outcome import Outcome
-from . import claims, wire
+from . import claims, doors, wire
 from .invocation import ACTIVE, Invocation, advance, call_key, end_invocation, finish, request_key, throw
 from .tools import tool_spec
 
@@ -115,6 +115,8 @@ class LoopGuardPlugin(BasePlugin):
         self._by_invocation: dict[str, Outcome] = {}
         self._raised: dict[str, BaseException] = {}
         self._misfits: dict[int, tuple[BaseTool, Any]] = {}
+        self._guard_plugin: BasePlugin | None = self
+        """This plugin in ADK's plugin list (``None`` when it runs as per-agent callbacks: every plugin is first)."""
 
     # --- what the application reads -------------------------------------------------------------------------
 
@@ -175,7 +177,7 @@ class LoopGuardPlugin(BasePlugin):
             return _said(_ended(run.guard.outcome))
         root = invocation_context.agent
         if isinstance(root, BaseAgent):
-            self._check(run, root)
+            self._check(run, root, invocation_context)
         state = Invocation(run, session.id)
         self._invocations[invocation_context.invocation_id] = state
         ACTIVE.set(state)
@@ -195,18 +197,35 @@ class LoopGuardPlugin(BasePlugin):
         ACTIVE.set(state)
         return None
 
-    def _check(self, run: GuardedRun, root: BaseAgent) -> None:
-        """Refuse before anything runs what the guard could not enforce in the agent tree under ``root``: a
-        request shape whose limits cannot be enforced, a tool declared twice differently, client retries."""
-        for tool in wire.listed_tools(root):
-            run.declaration(tool.name, tool_spec(tool))
+    def _check(self, run: GuardedRun, root: BaseAgent, context: InvocationContext | None = None) -> None:
+        """Refuse (``ValueError``) before anything runs what the guard could not enforce or reach in a run of
+        ``root``: a request shape whose limits cannot be enforced, a tool declared twice differently, a door no
+        callback sees (:mod:`~agents_loopguard.adk.doors`: client retries, hosted tools and code executors not
+        opted out, a live run, a plugin before the guard that answers calls)."""
         for agent_name, model, max_tokens in wire.request_shapes(root):
             run.check_enforceable(model, max_tokens, where=f"agent {agent_name!r}")
-        for agent_name in wire.client_retries(root):
+        for tool in wire.listed_tools(root):
+            run.declaration(tool.name, tool_spec(tool))
+        for where in doors.client_retries(root):
             raise ValueError(
-                f"agent {agent_name!r}: its model retries inside one call (retry_options), unseen by the "
-                "guard, so those requests could not be reserved: pass retry_options=None (every request the "
-                "guard sees is counted; a failed one ends the run with its verdict)"
+                f"{where}, unseen by the guard, so those requests could not be reserved: pass retry_options=None "
+                "(every request the guard sees is counted; a failed one ends the run with its verdict)"
+            )
+        for refused in doors.unreachable_tools(root, run.options.tools):
+            raise ValueError(refused)
+        live = doors.live_run(context) if context is not None else None
+        if live is not None:
+            raise ValueError(
+                f"{live} carries many model turns and tool calls on one connection, which the guard cannot reserve "
+                "one by one: run the agent with Runner.run_async (RunConfig(streaming_mode=StreamingMode.SSE) "
+                "streams, guarded)"
+            )
+        early = doors.early_plugins(context.plugin_manager.plugins, self._guard_plugin) if context else []
+        if early:
+            raise ValueError(
+                f"plugin(s) {early} listed before the guard can answer model or tool calls, and ADK then skips the "
+                f"plugins after them, so calls would go unreserved or unsettled: put the {self.name!r} plugin first "
+                "in plugins=[...]"
             )
 
     def _refused(self, context: InvocationContext, options: RunOptions, refused: Exception) -> types.Content:

@@ -31,7 +31,6 @@ from ..values.canonical import CanonicalError, canonical_json
 __all__ = [
     "agents",
     "answer_text",
-    "client_retries",
     "has_function_calls",
     "listed_tools",
     "misfit",
@@ -162,16 +161,6 @@ def listed_tools(root: BaseAgent) -> Iterator[BaseTool]:
         for tool in getattr(agent, "tools", None) or []:
             if isinstance(tool, BaseTool):
                 yield tool
-
-
-def client_retries(root: BaseAgent) -> Iterator[str]:
-    """The LLM agents a run of ``root`` reaches whose model retries inside one call (``Gemini(retry_options=...)``
-    with more than one attempt): those attempts would leave unseen by the callbacks, so unreserved."""
-    for agent in agents(root):
-        model = getattr(agent, "model", None)
-        options = getattr(model, "retry_options", None) if isinstance(model, BaseLlm) else None
-        if options is not None and (options.attempts is None or options.attempts > 1):
-            yield agent.name
 
 
 def request_shapes(root: BaseAgent) -> Iterator[tuple[str, str | None, int | None]]:
