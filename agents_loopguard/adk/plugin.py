@@ -50,7 +50,6 @@ from ..ops.conversations import continue_conversation, stored_outcome
 from ..run import (
     Answer,
     Ending,
-    Executed,
     GuardedRun,
     RunFieldsBase,
     RunOptions,
@@ -65,9 +64,9 @@ from ..run.requests import Failed, Send, model_request
 from ..store.base import PauseAlreadyResumed
 from ..values.errors import InputError, StateError
 from ..values.outcome import Outcome
-from . import claims, doors, wire
-from .invocation import ACTIVE, Invocation, advance, call_key, end_invocation, finish, request_key, throw
-from .tools import tool_spec
+from . import calls, claims, doors, wire
+from .invocation import ACTIVE, Invocation, end_invocation, finish, request_key
+from .tools import GuardedFunctionTool, tool_spec
 
 __all__ = ["LoopGuardPlugin"]
 
@@ -415,20 +414,15 @@ class LoopGuardPlugin(BasePlugin):
             return {"error": f"stopped: {stopping}"}
         run = state.run
         if type(tool) is BaseTool:  # ADK's stand-in for a name the agent has no tool for
-            return self._answer(tool_context, run.refuse_invalid(tool.name, "read", f"unknown tool {tool.name!r}"))
+            return calls.answer(
+                state, tool_context, run.refuse_invalid(tool.name, "read", f"unknown tool {tool.name!r}")
+            )
         spec = run.declaration(tool.name, tool_spec(tool))  # its wrapper's, or by name (RunOptions.tools)
-        waits = await self._confirmation(state, tool, spec, tool_args, tool_context)
-        if waits:
+        if await self._confirmation(state, tool, spec, tool_args, tool_context):
             return None  # ADK's confirmation gate answers it: nothing is reserved
-        call = run.propose(spec, tool.name, tool_args, tool_context.function_call_id, check=self._misfit(tool))
-        if isinstance(call, Executed):
-            return self._answer(tool_context, call)
-        steps = run.execute(spec, call)
-        effect = await advance(steps, None)
-        if isinstance(effect, Executed):
-            return self._answer(tool_context, effect)
-        state.calls[call_key(tool_context)] = (spec, steps)
-        return None  # authorized and reserved: ADK runs the tool once
+        if isinstance(tool, GuardedFunctionTool):
+            return None  # it reserves itself at its body, with the arguments the body gets
+        return await calls.begin_call(state, tool, spec, tool_args, tool_context, self._misfit(tool))
 
     def _misfit(self, tool: BaseTool) -> Any:
         """The argument check of ``tool``'s function, read once per tool (the tool is kept with it)."""
@@ -440,40 +434,19 @@ class LoopGuardPlugin(BasePlugin):
     async def after_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: dict[str, Any]
     ) -> dict[str, Any] | None:
-        return await self._settle(tool, tool_args, tool_context, Answer(result))
+        state = self._state(tool_context)
+        return await calls.settle_call(state, tool, tool_args, tool_context, Answer(result)) if state else None
 
     async def on_tool_error_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, error: Exception
     ) -> dict[str, Any] | None:
-        if isinstance(error, asyncio.CancelledError):
-            state = self._state(tool_context)
-            entry = state.calls.pop(call_key(tool_context), None) if state is not None else None
-            if entry is not None:
-                throw(entry[1], error)  # recorded in flight
+        state = self._state(tool_context)
+        if state is None:
             return None
-        return await self._settle(tool, tool_args, tool_context, Answer(error=error))
-
-    async def _settle(
-        self, tool: BaseTool, args: dict[str, Any], context: ToolContext, answer: Answer
-    ) -> dict[str, Any] | None:
-        state = self._state(context)
-        entry = state.calls.pop(call_key(context), None) if state is not None else None
-        if entry is None:
-            return None  # not a call this plugin authorized (a refusal it answered, the confirmation gate)
-        _spec, steps = entry
-        executed = await advance(steps, answer, rerun=lambda: tool.run_async(args=args, tool_context=context))
-        assert isinstance(executed, Executed), "a settled call is executed"
-        if executed.message is not None or executed.verdict is not None or answer.error is not None:
-            return self._answer(context, executed)
-        return None if executed.output is answer.value else _as_result(executed.output)
-
-    def _answer(self, context: ToolContext, executed: Executed) -> dict[str, Any]:
-        state = self._state(context)
-        if state is not None and state.run.verdict is not None:
-            end_invocation(context)
-        if executed.message is not None:
-            return {"error": executed.message}
-        return _as_result(executed.output)
+        if isinstance(error, asyncio.CancelledError):
+            calls.cancel_call(state, tool_context, error)
+            return None
+        return await calls.settle_call(state, tool, tool_args, tool_context, Answer(error=error))
 
     async def _confirmation(
         self, state: Invocation, tool: BaseTool, spec: ToolSpec, args: dict[str, Any], context: ToolContext
@@ -504,7 +477,3 @@ def _said(text: str) -> types.Content:
 
 def _who(options: RunOptions, context: InvocationContext) -> str:
     return options.who or f"{context.session.user_id} (ADK session message)"
-
-
-def _as_result(output: Any) -> dict[str, Any]:
-    return output if isinstance(output, dict) else {"result": output}

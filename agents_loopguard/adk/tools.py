@@ -16,16 +16,21 @@ from typing import Any
 
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.tool_context import ToolContext
 
 from ..run import UNDECLARED, ToolSpec, Verify, declare_tool
 from ..run.retry import NO_RETRY, RetryPolicy
 from ..values.calls import Kind
+from .calls import active, run_call
+from .wire import misfit
 
 __all__ = ["GuardedFunctionTool", "guarded_tool", "tool_spec"]
 
 
 class GuardedFunctionTool(FunctionTool):
-    """ADK's ``FunctionTool`` with its guard declaration (:attr:`loopguard`)."""
+    """ADK's ``FunctionTool`` with its guard declaration (:attr:`loopguard`), reserved at its body: under the
+    plugin, ``run_async`` proposes and reserves the call with the arguments the body gets (after every callback
+    and ADK's confirmation gate), runs it, verifies and settles it. Outside a guarded run it is ADK's own tool."""
 
     def __init__(
         self,
@@ -36,6 +41,17 @@ class GuardedFunctionTool(FunctionTool):
     ) -> None:
         super().__init__(func, require_confirmation=require_confirmation)
         self.loopguard = spec
+        self._misfit = misfit(self)
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        body = super().run_async
+        state = active(tool_context)
+        if state is None:
+            return await body(args=args, tool_context=tool_context)
+        spec = state.run.declaration(self.name, self.loopguard)
+        return await run_call(
+            state, self.name, spec, args, tool_context, self._misfit, lambda: body(args=args, tool_context=tool_context)
+        )
 
 
 def guarded_tool(
