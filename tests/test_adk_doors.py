@@ -216,3 +216,115 @@ def test_the_stored_outcome_is_read_from_a_plugin_in_another_process(tmp_path: A
     assert [r.returncode for r in runs] == [0, 0], [r.stderr[-2000:] for r in runs]
     ran, read = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert ran == read == ["s-7", "partial", "shipped", 1]
+
+
+def test_a_loop_agent_that_exits_ends_with_an_outcome_not_a_fatal_error(store: Store) -> None:
+    """Issue 26: a ``LoopAgent`` whose sub-agent calls ``exit_loop`` (its last model answer is that call, no text)
+    ended the task ``stopped/fatal`` ("the run ended without an answer"). ADK ended the run as designed: the
+    outcome is ``partial/unverified_final`` (the loop's own end proves nothing), every call counted."""
+    from google.adk.agents import LoopAgent
+    from google.adk.tools.exit_loop_tool import exit_loop
+
+    looked: list[int] = []
+
+    def lookup(order: int) -> str:
+        """Look an order up."""
+        looked.append(order)
+        return "shipped"
+
+    script = [Reply(calls=(("lookup", {"order": 1}),)), Reply(calls=(("exit_loop", {}),))]
+    with ScriptedGeminiServer(script) as server:
+        model = Gemini(model=GEMINI, base_url=server.base_url, client_kwargs=gemini_http_options())
+        worker = LlmAgent(name="worker", model=model, tools=[guarded_tool(lookup), exit_loop])
+        loop = LoopAgent(name="loop", sub_agents=[worker], max_iterations=5)
+        outcome = asyncio.run(run_guarded(loop, "go", budget=Budget(6, 6), store=store))
+        assert (outcome.status, outcome.reason) == (Status.PARTIAL, Reason.UNVERIFIED_FINAL)
+        assert len(server.requests) == outcome.used.models == 2 and looked == [1]
+        assert outcome.used.tools == 2  # the lookup and exit_loop, each reserved
+
+
+def test_run_guarded_inside_a_guarded_tool_is_refused_with_the_fix(store: Store) -> None:
+    """A tool body that calls ``run_guarded`` would start a task of its own with a budget of its own: refused with
+    the fix named (``AgentTool`` or the application's ``Runner`` share the parent's task). The model reads the
+    refusal as the tool's failure; no request of the inner agent leaves."""
+    with serve(Shop) as (server, shop):
+
+        async def delegate(question: str) -> str:
+            """Ask the helper agent."""
+            inner = await run_guarded(shop.helper, question, budget=Budget(9, 9), store=store)
+            return str(inner.final_output)
+
+        steps = [Reply(calls=(("delegate", {"question": "order?"}),)), Reply(text="could not ask")]
+        with ScriptedGeminiServer(steps) as own:
+            model = Gemini(model=GEMINI, base_url=own.base_url, client_kwargs=gemini_http_options())
+            clerk = LlmAgent(name="clerk", model=model, tools=[delegate])
+            outcome = asyncio.run(run_guarded(clerk, "go", budget=Budget(4, 4), store=store, on_refusal="continue"))
+            told = [r.function_responses for r in own.requests][-1]
+        assert server.requests == [] and shop.bodies == []
+        assert "wrap it in AgentTool" in json.dumps(told)
+        assert outcome.used.models == len(own.requests) == 2
+        assert [t.task_id for t in store.tasks()] == [outcome.task_id]
+
+
+def test_an_invocation_resumed_after_a_crash_in_a_write_never_sends_it_twice(store: Store) -> None:
+    """``ResumabilityConfig`` is at least once: an invocation interrupted inside a write's body (its task cancelled
+    as a crash leaves it: ADK runs no callback) and resumed by its id runs the unanswered call again. The ledger
+    holds the write ``unknown``: the second attempt is refused (``needs_reconciliation/unknown_commit``), the
+    receiver saw one refund."""
+    from google.adk.apps import ResumabilityConfig
+
+    refunds: list[int] = []
+
+    async def main() -> Outcome | None:
+        started = asyncio.Event()
+
+        async def refund(order: int) -> str:
+            """Refund an order."""
+            refunds.append(order)
+            started.set()
+            await asyncio.sleep(3600)  # the process dies here
+            return "refunded"
+
+        tool = guarded_tool(
+            refund,
+            kind="write",
+            operation_id=lambda a: f"refund-{a['order']}",
+            verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+        )
+        with ScriptedGeminiServer([Reply(calls=(("refund", {"order": 1}),)), Reply(text="done")]) as server:
+            model = Gemini(model=GEMINI, base_url=server.base_url, client_kwargs=gemini_http_options())
+            agent = LlmAgent(name="clerk", model=model, tools=[tool])
+            service = InMemorySessionService()
+            resumable = ResumabilityConfig(is_resumable=True)
+
+            def runner(plugin: LoopGuardPlugin) -> Runner:
+                app = App(name="shop", root_agent=agent, plugins=[plugin], resumability_config=resumable)
+                return Runner(app=app, session_service=service)
+
+            budget = Budget(model_turns=4, tool_executions=4)
+            session = await service.create_session(app_name="shop", user_id="u")
+            seen: list[str] = []
+
+            async def first() -> None:
+                content = types.Content(role="user", parts=[types.Part(text="refund order 1")])
+                plugin = LoopGuardPlugin(budget=budget, store=store, task_id="crashed")
+                async for event in runner(plugin).run_async(user_id="u", session_id=session.id, new_message=content):
+                    seen.append(event.invocation_id)
+
+            running = asyncio.create_task(first())
+            await started.wait()
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+            plugin = LoopGuardPlugin(budget=budget, store=store, task_id="crashed")  # the process that resumes it
+            async for _event in runner(plugin).run_async(user_id="u", session_id=session.id, invocation_id=seen[0]):
+                pass
+            assert len(server.requests) == 1  # the resumed call was refused: no request after it either
+            return plugin.outcome(session.id)
+
+    outcome = asyncio.run(main())
+    assert outcome is not None and (outcome.status, outcome.reason) == (
+        Status.NEEDS_RECONCILIATION,
+        Reason.UNKNOWN_COMMIT,
+    )
+    assert refunds == [1] and outcome.used.tools == 1
