@@ -7,6 +7,7 @@ ADK gives a tool body or a model request paths that no callback of the plugin se
 * a hosted tool (``google_search``, ``url_context``, Vertex AI search, a built-in code executor...) or a local code
   executor: the model's server, or ADK itself, runs it without a tool call the plugin sees; declaring it by name
   (``tools={"google_search": declare_tool("google_search")}``) is the explicit opt-out;
+* an ``AgentTool(..., include_plugins=False)``: the nested agent runs without the plugin;
 * a live (bidirectional) run (``Runner.run_live``, ``RunConfig(support_cfc=True)``): one connection carries many
   model turns and tool calls;
 * a plugin listed before the guard that can answer model or tool calls (ADK stops at the first plugin that
@@ -27,6 +28,7 @@ from typing import Any
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.models.base_llm import BaseLlm
 from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.agent_tool import AgentTool
 from google.adk.tools.base_tool import BaseTool
 
 from ..run import ToolSpec
@@ -73,6 +75,12 @@ def unreachable_tools(root: BaseAgent, declared: Mapping[str, ToolSpec]) -> Iter
     name in ``declared``): their bodies run where no callback of the plugin is."""
     for agent in agents(root):
         for tool in getattr(agent, "tools", None) or []:
+            if isinstance(tool, AgentTool) and not tool.include_plugins:
+                yield (
+                    f"agent {agent.name!r}: AgentTool({tool.agent.name!r}, include_plugins=False) runs that agent "
+                    "without the guard's plugin, its model requests unreserved: keep include_plugins=True (the "
+                    "default), so the nested run shares this task's budget"
+                )
             if isinstance(tool, BaseTool) and tool.name not in declared and _hosted(tool):
                 yield (
                     f"agent {agent.name!r}: tool {tool.name!r} runs inside the model's server (a hosted tool) or "

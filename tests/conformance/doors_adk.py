@@ -472,6 +472,13 @@ def request_retries(env: Env) -> Observed:
         return guarded(env, agent)
 
 
+def agent_tool_without_plugins(env: Env) -> Observed:
+    with gemini(env, clerk=[call("helper", request="refund order 1"), say(FINAL)], helper=helper_turns()) as models:
+        helper = LlmAgent(name="helper", description="Refunds orders.", model=models.model(), tools=shop(env))
+        clerk = LlmAgent(name="clerk", model=models.model(), tools=[AgentTool(helper, include_plugins=False)])
+        return guarded(env, clerk)
+
+
 def hosted_tool(env: Env) -> Observed:
     with gemini(env, clerk=[say(FINAL)]) as models:
         return guarded(env, LlmAgent(name="clerk", model=models.model(), tools=[google_search]))
@@ -615,6 +622,12 @@ DOORS = [
         "requests that retry inside one call (`generate_content_config.http_options.retry_options`)",
         request_retries,
         "retry_options=None",
+    ),
+    refused_door(
+        "agent-tool-without-plugins",
+        "an `AgentTool(agent, include_plugins=False)` (the nested run without the plugin)",
+        agent_tool_without_plugins,
+        "keep include_plugins=True",
     ),
     refused_door(
         "hosted-tool", "a hosted tool (`google_search`) nobody opted out", hosted_tool, "opt it out explicitly"
