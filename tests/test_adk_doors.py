@@ -328,3 +328,60 @@ def test_an_invocation_resumed_after_a_crash_in_a_write_never_sends_it_twice(sto
         Reason.UNKNOWN_COMMIT,
     )
     assert refunds == [1] and outcome.used.tools == 1
+
+
+def test_the_same_confirmation_delivered_twice_to_your_own_runner_is_a_quiet_no_op(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26 item 6: ADK alone takes a confirmation answered twice as a no-op; under the plugin the second
+    delivery raised ``RuntimeError: Error in plugin 'loopguard' during 'before_run_callback'`` out of the
+    application's own ``Runner``. It is answered with the task's outcome: no exception, nothing logged as an
+    error, the refund ran once, no request sent."""
+    from agents_loopguard.adk.claims import CONFIRMATION
+
+    refunds: list[int] = []
+
+    def refund(order: int) -> str:
+        """Refund an order."""
+        refunds.append(order)
+        return "refunded"
+
+    tool = guarded_tool(
+        refund,
+        kind="write",
+        operation_id=lambda a: f"refund-{a['order']}",
+        verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+        require_confirmation=True,
+    )
+    steps = [Reply(calls=(("refund", {"order": 42}),)), Reply(text="Refunded.")]
+    with ScriptedGeminiServer(steps) as server:
+        model = Gemini(model=GEMINI, base_url=server.base_url, client_kwargs=gemini_http_options())
+        plugin = LoopGuardPlugin(budget=Budget(4, 2), store=store)
+        runner = Runner(
+            app=App(name="shop", root_agent=LlmAgent(name="clerk", model=model, tools=[tool]), plugins=[plugin]),
+            session_service=InMemorySessionService(),
+        )
+
+        async def main() -> list[Outcome | None]:
+            session = await runner.session_service.create_session(app_name="shop", user_id="u")
+            await _chat(runner, session.id, "Refund order 42.")
+            seen = [plugin.outcome(session.id)]
+            events = (
+                await runner.session_service.get_session(app_name="shop", user_id="u", session_id=session.id)
+            ).events
+            asked = [c.id for e in events for c in e.get_function_calls() if c.name == CONFIRMATION][-1]
+            answer = types.FunctionResponse(id=asked, name=CONFIRMATION, response={"confirmed": True})
+            for _ in range(2):
+                content = types.Content(role="user", parts=[types.Part(function_response=answer)])
+                async for _event in runner.run_async(user_id="u", session_id=session.id, new_message=content):
+                    pass
+                seen.append(plugin.outcome(session.id))
+            return seen
+
+        with caplog.at_level(logging.WARNING):
+            paused, resumed, again = asyncio.run(main())
+        assert paused is not None and paused.reason is Reason.APPROVAL
+        assert resumed is not None and (resumed.status, resumed.reason) == (Status.COMPLETED, Reason.VALIDATED_DONE)
+        assert again is not None and (again.status, again.used) == (resumed.status, resumed.used)
+        assert refunds == [42] and len(server.requests) == 2
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
