@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, RunConfig
+from agents import Agent, FunctionTool, Handoff, RunConfig, Tool
 from agents.models.interface import Model
 from agents.result import RunResult, RunResultStreaming
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
@@ -76,7 +77,18 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     _COPIES[key] = (owner, shape, clone)  # before the handoffs: a graph with cycles reaches this copy again
     clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
     clone.handoffs = [_guard_handoff(h) for h in agent.handoffs]
+    clone.get_all_tools = _guarding(clone.get_all_tools)  # type: ignore[method-assign,assignment]
     return clone
+
+
+def _guarding(get_all_tools: Callable[[Any], Awaitable[list[Tool]]]) -> Callable[[Any], Awaitable[list[Tool]]]:
+    """``Agent.get_all_tools`` of a guarded copy: the function tools that appear only at run time (an MCP server's,
+    an override's) are guarded at their invoker, as the copy's own are (the last point before their body)."""
+
+    async def get_all_tools_guarded(run_context: Any) -> list[Tool]:
+        return [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in await get_all_tools(run_context)]
+
+    return get_all_tools_guarded
 
 
 def is_copy(agent: Any) -> bool:
