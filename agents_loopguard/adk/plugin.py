@@ -60,6 +60,7 @@ from ..run import (
     perform_check_async,
 )
 from ..run.conclusion import StopKind
+from ..run.declarations import resolve
 from ..run.requests import Failed, Send, model_request
 from ..store.base import PauseAlreadyResumed
 from ..values.errors import InputError, StateError
@@ -159,6 +160,9 @@ class LoopGuardPlugin(BasePlugin):
             return self._nest(invocation_context, parent)
         session = invocation_context.session
         self._raised.pop(session.id, None)
+        root = invocation_context.agent if isinstance(invocation_context.agent, BaseAgent) else None
+        if root is not None:  # before the task is touched: a refused run leaves nothing behind
+            self._refuse_doors(root, invocation_context)
         options = self.options
         if options.task_id is None and options.guard is None:
             options = RunOptions.merge(options, {"task_id": session.id})
@@ -174,9 +178,8 @@ class LoopGuardPlugin(BasePlugin):
         if run.guard.outcome is not None:  # the task ended: its outcome, nothing runs
             self._record(invocation_context.invocation_id, session.id, run.guard.outcome)
             return _said(_ended(run.guard.outcome))
-        root = invocation_context.agent
-        if isinstance(root, BaseAgent):
-            self._check(run, root, invocation_context)
+        if root is not None:
+            self._check(run, root)
         state = Invocation(run, session.id)
         self._invocations[invocation_context.invocation_id] = state
         ACTIVE.set(state)
@@ -190,36 +193,42 @@ class LoopGuardPlugin(BasePlugin):
         if why is not None:
             return _said(f"stopped by the guard: {why}")
         if isinstance(context.agent, BaseAgent):
+            self._refuse_doors(context.agent, None)
             self._check(parent.run, context.agent)
         state = Invocation(parent.run, context.session.id, parent=parent)
         self._invocations[context.invocation_id] = state
         ACTIVE.set(state)
         return None
 
-    def _check(self, run: GuardedRun, root: BaseAgent, context: InvocationContext | None = None) -> None:
-        """Refuse (``ValueError``) before anything runs what the guard could not enforce or reach in a run of
-        ``root``: a request shape whose limits cannot be enforced, a tool declared twice differently, a door no
-        callback sees (:mod:`~agents_loopguard.adk.doors`: client retries, hosted tools and code executors not
-        opted out, a live run, a plugin before the guard that answers calls)."""
+    def _check(self, run: GuardedRun, root: BaseAgent) -> None:
+        """Refuse (``ValueError``) a request shape whose limits the task could not enforce in a run of ``root``."""
         for agent_name, model, max_tokens in wire.request_shapes(root):
             run.check_enforceable(model, max_tokens, where=f"agent {agent_name!r}")
+
+    def _refuse_doors(self, root: BaseAgent, context: InvocationContext | None) -> None:
+        """Refuse (``ValueError``) before anything runs what the guard could not reach in a run of ``root``: a tool
+        declared twice differently, a door no callback sees (:mod:`~agents_loopguard.adk.doors`: client retries,
+        hosted tools and code executors not opted out, a live run, a plugin before the guard that answers calls)."""
+        declared = self.options.tools
         for tool in wire.listed_tools(root):
-            run.declaration(tool.name, tool_spec(tool))
+            resolve(tool.name, tool_spec(tool), declared)
         for where in doors.client_retries(root):
             raise ValueError(
                 f"{where}, unseen by the guard, so those requests could not be reserved: pass retry_options=None "
                 "(every request the guard sees is counted; a failed one ends the run with its verdict)"
             )
-        for refused in doors.unreachable_tools(root, run.options.tools):
+        for refused in doors.unreachable_tools(root, declared):
             raise ValueError(refused)
-        live = doors.live_run(context) if context is not None else None
+        if context is None:
+            return
+        live = doors.live_run(context)
         if live is not None:
             raise ValueError(
                 f"{live} carries many model turns and tool calls on one connection, which the guard cannot reserve "
                 "one by one: run the agent with Runner.run_async (RunConfig(streaming_mode=StreamingMode.SSE) "
                 "streams, guarded)"
             )
-        early = doors.early_plugins(context.plugin_manager.plugins, self._guard_plugin) if context else []
+        early = doors.early_plugins(context.plugin_manager.plugins, self._guard_plugin)
         if early:
             raise ValueError(
                 f"plugin(s) {early} listed before the guard can answer model or tool calls, and ADK then skips the "
