@@ -61,7 +61,8 @@ def _clear() -> None:
 @sync
 async def test_the_plugin_in_your_own_runner_reads_the_outcome_per_session() -> None:
     """The plugin in ``App(plugins=[...])`` guards the application's own ``Runner.run_async`` over real HTTP; the
-    outcome is read from the plugin by session; a second message to the session continues the same task."""
+    outcome is read from the plugin by session; a second message to the session is answered, a run of its own on
+    the same task: the counters go on (issue 26: the session used to stop answering after its first run)."""
     store = MemoryStore()
     steps = [gemini_calls(("lookup", {"order": 1})), gemini_text("shipped"), gemini_text("still shipped")]
     with ScriptedGeminiServer(steps) as server:
@@ -73,20 +74,21 @@ async def test_the_plugin_in_your_own_runner_reads_the_outcome_per_session() -> 
             app=App(name="shop", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService()
         )
         session = await runner.session_service.create_session(app_name="shop", user_id="u")
+        seen = []
         for message in ("where is order 1?", "and now?"):
             content = types.Content(role="user", parts=[types.Part(text=message)])
             async for _event in runner.run_async(user_id="u", session_id=session.id, new_message=content):
                 pass
             outcome = plugin.outcome(session.id)
             assert outcome is not None and outcome.task_id == session.id
-            if message == "where is order 1?":
-                assert (outcome.status, outcome.reason, outcome.used.models) == (
-                    Status.PARTIAL,
-                    Reason.UNVERIFIED_FINAL,
-                    2,
-                )
-        assert len(server.requests) == 2  # the ended task answered the second message with its outcome
-    assert outcome.used.models == 2 and ran == [1]
+            seen.append((outcome.status, outcome.reason, outcome.used.models, outcome.final_output))
+        assert seen == [
+            (Status.PARTIAL, Reason.UNVERIFIED_FINAL, 2, "shipped"),
+            (Status.PARTIAL, Reason.UNVERIFIED_FINAL, 3, "still shipped"),
+        ]
+        assert len(server.requests) == 3 and ran == [1]
+    kinds = [t.kind for t in store.transitions(session.id)]
+    assert kinds == ["message"]  # the second message reopened the task, a recorded transition
 
 
 @sync
@@ -145,13 +147,15 @@ async def test_max_llm_calls_ends_with_max_turns_and_the_budget_spans_invocation
 
 
 @sync
-async def test_an_invocation_whose_task_ended_runs_nothing() -> None:
-    """A task that ended answers the next invocation with its outcome: no model call, no tool."""
+async def test_an_invocation_whose_task_the_guard_ended_runs_nothing() -> None:
+    """A task the guard ended (here ``stopped/same_call``) stays ended: the next message is answered with its
+    outcome, no model call, no tool; so is every message with ``conversation=False``, whatever the end."""
     store = MemoryStore()
-    budget = Budget(model_turns=3, tool_executions=3)
-    first = await run_guarded(
-        LlmAgent(name="a", model=ScriptedLlm([text("hi")])), "go", budget=budget, store=store, task_id="t"
-    )
+    budget = Budget(model_turns=6, tool_executions=6)
+    stuck = ScriptedLlm([calls(("lookup", {"order": 5})) for _ in range(3)])
+    agent = LlmAgent(name="a", model=stuck, tools=[guarded_tool(lookup)])
+    first = await run_guarded(agent, "go", budget=budget, store=store, task_id="t")
+    assert (first.status, first.reason) == (Status.STOPPED, Reason.SAME_CALL)
     silent = ScriptedLlm([])
     again = await run_guarded(LlmAgent(name="a", model=silent), "go", budget=budget, store=store, task_id="t")
     assert (again.status, again.reason, again.used) == (
@@ -159,6 +163,20 @@ async def test_an_invocation_whose_task_ended_runs_nothing() -> None:
         first.reason,
         first.used,
     ) and silent.requests == []
+
+    answered = await run_guarded(LlmAgent(name="a", model=ScriptedLlm([text("hi")])), "go", budget=budget, store=store)
+    plugin = LoopGuardPlugin(budget=budget, store=store, task_id=answered.task_id, conversation=False)
+    runner = Runner(
+        app=App(name="shop", root_agent=LlmAgent(name="a", model=silent), plugins=[plugin]),
+        session_service=InMemorySessionService(),
+    )
+    session = await runner.session_service.create_session(app_name="shop", user_id="u")
+    content = types.Content(role="user", parts=[types.Part(text="more?")])
+    async for _event in runner.run_async(user_id="u", session_id=session.id, new_message=content):
+        pass
+    kept = plugin.outcome(session.id)
+    assert kept is not None and (kept.reason, kept.used) == (Reason.UNVERIFIED_FINAL, answered.used)
+    assert silent.requests == []
 
 
 @pytest.mark.timeout(150)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from google.adk.agents import LlmAgent
+from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -29,19 +31,40 @@ from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
+from . import wire
 from .plugin import LoopGuardPlugin
 
 __all__ = ["agent_callbacks"]
 
 
+def _listed(callbacks: Any) -> list[Any]:
+    """An agent's callback field as a list (ADK takes one callable or a list)."""
+    if callbacks is None:
+        return []
+    return list(callbacks) if isinstance(callbacks, list) else [callbacks]
+
+
 def agent_callbacks(plugin: LoopGuardPlugin) -> dict[str, Callable[..., Any]]:
     """The callbacks of one ``LlmAgent`` (``LlmAgent(..., **agent_callbacks(plugin))``), on ``plugin``'s rules."""
     started: dict[str, str] = {}  # invocation id -> the agent whose callbacks started its run
+    plugin._guard_plugin = None  # ADK runs every plugin's callbacks before an agent's: none may answer calls
 
     async def before_agent_callback(callback_context: CallbackContext) -> types.Content | None:
         context = callback_context.get_invocation_context()
         if context.invocation_id in started:
             return None
+        root = context.agent if isinstance(context.agent, BaseAgent) else None
+        unguarded = [
+            agent.name
+            for agent in (wire.agents(root) if root is not None else [])
+            if isinstance(agent, LlmAgent) and before_model_callback not in _listed(agent.before_model_callback)
+        ]
+        if unguarded:
+            raise ValueError(
+                f"agent(s) {unguarded} run without the guard's callbacks: a sub-agent or an agent used as a tool "
+                "sends requests and runs tools unseen; give each LlmAgent **agent_callbacks(plugin), or put the "
+                "LoopGuardPlugin in App(plugins=[...])"
+            )
         started[context.invocation_id] = callback_context.agent_name
         return await plugin.before_run_callback(invocation_context=context)
 

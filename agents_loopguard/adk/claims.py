@@ -4,23 +4,22 @@ response with a ``ToolConfirmation``) continues the stored pause it answers, onc
 The plugin stores the pause when an invocation ends waiting for confirmations (the pending calls by ADK's call id,
 the task's limits and counters). The next invocation of the session that carries the answers is found here: the
 pause that waits for exactly those calls is checked and claimed once
-(:func:`~agents_loopguard.ops.approvals.claim_for_resume`), the decisions recorded, and the run goes on under the
+(:func:`~agents_loopguard.ops.approvals.continue_paused`, every adapter's one claim-then-continue), the decisions
+recorded, and the run goes on under the
 task's guard. A second delivery of the same answers (ADK resumes at least once) finds the pause resumed and is
 refused before anything runs; answers no stored pause waits for are refused too: never a fresh budget.
 """
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Sequence
 from typing import Any
 
 from google.adk.events.event import Event
 from google.adk.tools.tool_confirmation import ToolConfirmation
 
-from ..ops.approvals import APPROVE, REJECT, claim_for_resume, decisions_for, find_pause_for
+from ..ops.approvals import APPROVE, REJECT, continue_paused
 from ..run.options import RunOptions
-from ..store.defaults import default_store
 
 __all__ = ["CONFIRMATION", "answered_confirmations", "continue_pause"]
 
@@ -57,17 +56,11 @@ def answered_confirmations(events: Sequence[Event]) -> dict[str, bool]:
 def continue_pause(answers: dict[str, bool], options: RunOptions) -> RunOptions:
     """The options of the paused task the answers continue: its pause found by the calls it waits for, checked,
     the decisions recorded and the pause claimed once (another claim is refused: nothing runs twice)."""
-    guard = options.guard
-    the_store = guard.store if guard is not None else options.store if options.store is not None else default_store()
-    task_id = guard.task_id if guard is not None else options.task_id
-    record = find_pause_for(the_store, list(answers), task_id=task_id)
     decisions = {call_id: APPROVE if confirmed else REJECT for call_id, confirmed in answers.items()}
-    claimed, _ = claim_for_resume(
-        the_store,
-        record,
-        decisions_for(record, decisions),
-        who=options.who or f"{getpass.getuser()} (ADK tool confirmation)",
+    return continue_paused(
+        options,
+        list(answers),
+        lambda _record: decisions,
+        door="ADK tool confirmation",
         why="answered through ADK's tool confirmation",
-        given=True,
     )
-    return options.continuing(guard, task_id=claimed.task_id, budget=claimed.budget, store=the_store)

@@ -16,6 +16,7 @@ from typing_extensions import Unpack
 
 from ..run import RunFieldsBase, RunOptions, ToolSpec
 from ..values.outcome import Outcome
+from .invocation import ACTIVE
 from .plugin import LoopGuardPlugin
 
 __all__ = ["run_guarded"]
@@ -51,6 +52,12 @@ async def run_guarded(
     >>> outcome.status, outcome.used.models
     (<Status.PARTIAL: 'partial'>, 1)
     """
+    if (active := ACTIVE.get()) is not None and active.nests():
+        raise ValueError(
+            "run_guarded() inside a tool of a guarded ADK run: the agent would run as a task of its own, with a "
+            "budget of its own; wrap it in AgentTool (or run it with the application's Runner): a nested run "
+            "shares the parent's task and budget"
+        )
     plugin = LoopGuardPlugin(options, tools=tools, reset_forced_function=reset_forced_function, **fields)
     service = session_service if session_service is not None else InMemorySessionService()
     runner = Runner(app=App(name=app_name, root_agent=agent, plugins=[plugin]), session_service=service)
@@ -62,18 +69,20 @@ async def run_guarded(
     content = (
         message if isinstance(message, types.Content) else types.Content(role="user", parts=[types.Part(text=message)])
     )
-    before = plugin.outcome(session.id)
     try:
         async for _event in runner.run_async(
             user_id=user_id, session_id=session.id, new_message=content, run_config=run_config
         ):
             pass
     except Exception as exc:
-        if plugin.raised(session.id) is not None or plugin.outcome(session.id) is before:
+        if plugin.raised(session.id) is not None or plugin.outcome() is None:
             raise plugin.unwrapped(exc) from None  # the plugin's own (a refused start, GuardStopped) as raised
     except BaseException as exc:  # a cancellation or an interrupt: ADK runs no callback
         plugin.cancelled(session.id, f"{type(exc).__name__} during the run")
         raise
-    outcome = plugin.outcome(session.id)
+    outcome = plugin.outcome()  # this plugin's one invocation
+    refused = plugin.raised(session.id)
+    if outcome is None and refused is not None:
+        raise refused  # an answer no stored pause waits for: nothing ran
     assert outcome is not None, "every invocation the plugin guarded ends with an outcome"
     return outcome

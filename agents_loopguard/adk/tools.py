@@ -16,19 +16,21 @@ from typing import Any
 
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.tool_context import ToolContext
 
-from ..run import ToolSpec, Verify, declare_tool
+from ..run import UNDECLARED, ToolSpec, Verify, declare_tool
 from ..run.retry import NO_RETRY, RetryPolicy
 from ..values.calls import Kind
+from .calls import active, run_call
+from .wire import misfit
 
 __all__ = ["GuardedFunctionTool", "guarded_tool", "tool_spec"]
 
-UNDECLARED = ToolSpec(declared=False)
-"""What a tool nobody declared is guarded as: a read without a verify (it proves no progress)."""
-
 
 class GuardedFunctionTool(FunctionTool):
-    """ADK's ``FunctionTool`` with its guard declaration (:attr:`loopguard`)."""
+    """ADK's ``FunctionTool`` with its guard declaration (:attr:`loopguard`), reserved at its body: under the
+    plugin, ``run_async`` proposes and reserves the call with the arguments the body gets (after every callback
+    and ADK's confirmation gate), runs it, verifies and settles it. Outside a guarded run it is ADK's own tool."""
 
     def __init__(
         self,
@@ -39,12 +41,23 @@ class GuardedFunctionTool(FunctionTool):
     ) -> None:
         super().__init__(func, require_confirmation=require_confirmation)
         self.loopguard = spec
+        self._misfit = misfit(self)
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        body = super().run_async
+        state = active(tool_context)
+        if state is None:
+            return await body(args=args, tool_context=tool_context)
+        spec = state.run.declaration(self.name, self.loopguard)
+        return await run_call(
+            state, self.name, spec, args, tool_context, self._misfit, lambda: body(args=args, tool_context=tool_context)
+        )
 
 
 def guarded_tool(
     func: Callable[..., Any],
     *,
-    kind: Kind = "read",
+    kind: Kind | None = None,
     operation_id: Callable[[dict[str, Any]], Any] | None = None,
     verify: Verify | None = None,
     retry: RetryPolicy = NO_RETRY,
@@ -52,7 +65,9 @@ def guarded_tool(
     require_confirmation: bool | Callable[..., bool] = False,
 ) -> GuardedFunctionTool:
     """``FunctionTool(func, require_confirmation=...)`` with its guard declaration (the same rules as every
-    adapter's, :func:`~agents_loopguard.run.declare_tool`): a write needs ``operation_id`` and ``verify``.
+    adapter's, :func:`~agents_loopguard.run.declare_tool`): a write needs ``operation_id`` and ``verify``. Without
+    any declaration keyword the tool declares nothing: a declaration by name (``RunOptions.tools``) applies, else
+    it is guarded as a read without ``verify``.
 
     >>> def refund(order: int) -> str:
     ...     '''Refund an order.'''
@@ -63,9 +78,17 @@ def guarded_tool(
     ValueError: write tool 'refund' needs operation_id=callable(args) -> str: ...
     """
     name = getattr(func, "__name__", "tool")
-    spec = declare_tool(
-        name, kind=kind, operation_id=operation_id, verify=verify, retry=retry, max_executions=max_executions
-    )
+    given = kind is not None or operation_id is not None or verify is not None or max_executions is not None
+    spec = UNDECLARED
+    if given or retry is not NO_RETRY:
+        spec = declare_tool(
+            name,
+            kind=kind or "read",
+            operation_id=operation_id,
+            verify=verify,
+            retry=retry,
+            max_executions=max_executions,
+        )
     return GuardedFunctionTool(func, spec, require_confirmation=require_confirmation)
 
 

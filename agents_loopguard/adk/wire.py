@@ -22,15 +22,17 @@ from google.adk.agents.base_agent import BaseAgent
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from ..run import ToolSpec
 from ..values.canonical import CanonicalError, canonical_json
 
 __all__ = [
+    "agents",
     "answer_text",
-    "client_retries",
     "has_function_calls",
+    "listed_tools",
     "misfit",
     "pending_call",
     "refusal",
@@ -133,26 +135,42 @@ def refuses_next_call(context: Any) -> str | None:
     return f"Max number of llm calls limit of `{limit}` exceeded"
 
 
-def client_retries(agent: BaseAgent) -> Iterator[str]:
-    """The LLM agents under ``agent`` whose model retries inside one call (``Gemini(retry_options=...)`` with
-    more than one attempt): those attempts would leave unseen by the callbacks, so unreserved."""
-    model = getattr(agent, "model", None)
-    options = getattr(model, "retry_options", None) if isinstance(model, BaseLlm) else None
-    if options is not None and (options.attempts is None or options.attempts > 1):
-        yield agent.name
-    for sub_agent in agent.sub_agents:
-        yield from client_retries(sub_agent)
+def agents(root: BaseAgent) -> Iterator[BaseAgent]:
+    """Every agent a run of ``root`` can reach: ``root``, its sub-agents and the agents its tools wrap
+    (``AgentTool``), each once."""
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        agent = todo.pop(0)
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        yield agent
+        todo.extend(agent.sub_agents)
+        todo.extend(
+            wrapped
+            for tool in getattr(agent, "tools", None) or []
+            if isinstance(wrapped := getattr(tool, "agent", None), BaseAgent)
+        )
 
 
-def request_shapes(agent: BaseAgent) -> Iterator[tuple[str, str | None, int | None]]:
-    """Each LLM agent of the tree under ``agent``: its name, model name and bound on an answer's tokens."""
-    model = getattr(agent, "model", None)
-    if model is not None and model != "":
-        name = model.model if isinstance(model, BaseLlm) else str(model)
-        config = getattr(agent, "generate_content_config", None)
-        yield agent.name, name, config.max_output_tokens if config is not None else None
-    for sub_agent in agent.sub_agents:
-        yield from request_shapes(sub_agent)
+def listed_tools(root: BaseAgent) -> Iterator[BaseTool]:
+    """The tools the agents a run of ``root`` reaches list as tool objects (a plain function is ADK's
+    ``FunctionTool`` once the agent runs; a toolset lists its own tools only then)."""
+    for agent in agents(root):
+        for tool in getattr(agent, "tools", None) or []:
+            if isinstance(tool, BaseTool):
+                yield tool
+
+
+def request_shapes(root: BaseAgent) -> Iterator[tuple[str, str | None, int | None]]:
+    """Each LLM agent a run of ``root`` reaches: its name, model name and bound on an answer's tokens."""
+    for agent in agents(root):
+        model = getattr(agent, "model", None)
+        if model is not None and model != "":
+            name = model.model if isinstance(model, BaseLlm) else str(model)
+            config = getattr(agent, "generate_content_config", None)
+            yield agent.name, name, config.max_output_tokens if config is not None else None
 
 
 def misfit(tool: Any) -> Callable[[Mapping[str, Any]], str | None] | None:

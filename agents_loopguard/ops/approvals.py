@@ -22,10 +22,12 @@ a writer deleting a pause, or replaying an older pause and its decisions of the 
 
 from __future__ import annotations
 
+import getpass
 import hmac
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from ..run.options import RunOptions
 from ..store.base import PauseAlreadyResumed, PauseRecord, Store, TransitionRecord, operator_text
 from ..values.canonical import canonical_json
 from ..values.digests import KEYED as _KEYED
@@ -33,6 +35,7 @@ from ..values.digests import PAUSE_KEY_ENV, pause_body, pause_digest
 from ..values.digests import digest_key as _key
 from ..values.digests import seal as _seal
 from ..values.errors import InputError, NotFoundError, StateError
+from .conversations import task_of
 
 __all__ = [
     "APPROVE",
@@ -48,6 +51,7 @@ __all__ = [
     "check_decisions",
     "check_pause",
     "claim_for_resume",
+    "continue_paused",
     "decide",
     "decisions_digest",
     "decisions_for",
@@ -360,3 +364,45 @@ def find_pause_for(store: Store, call_ids: Iterable[str], *, task_id: str | None
             "resume_guarded(agent, pause_id, store=..., who=...); nothing was run"
         )
     return load_for_resume(store, found[-1].pause_id, task_id=found[-1].task_id)
+
+
+def continue_paused(
+    options: RunOptions,
+    call_ids: Iterable[str],
+    decisions: Callable[[PauseRecord], Mapping[str, str]],
+    *,
+    door: str,
+    why: str,
+) -> RunOptions:
+    """R13 by a framework's own approval door (the Agents SDK's ``RunState`` after ``state.approve()``, ADK's tool
+    confirmation...), the one claim-then-continue of every adapter: the stored pause of the options' task that waits
+    for exactly ``call_ids`` is found and checked, ``decisions(pause)`` (call id -> approve/reject, read from the
+    framework's own state) recorded, the pause claimed once (another claim is refused: nothing runs twice), and the
+    options of the paused task returned (its id, budget and store: the counters continue). ``door`` names the
+    framework's door in the default ``who`` (``RunOptions.who`` wins); ``why`` is recorded with the decisions. A
+    state that no stored pause waits for is refused (:class:`ResumeError`): never a fresh budget.
+
+    >>> from agents_loopguard import Budget, Guard, MemoryStore, RunOptions
+    >>> store = MemoryStore()
+    >>> guard = Guard(budget=Budget(model_turns=4, tool_executions=2), store=store, task_id="t-door")
+    >>> paused = guard.pause("{}", [{"call_id": "c1", "tool": "refund", "kind": "write", "arguments": "{}"}])
+    >>> options = RunOptions(budget=Budget(4, 2), store=store, task_id="t-door")
+    >>> continued = continue_paused(options, ["c1"], lambda pause: {"c1": APPROVE}, door="doc", why="approved")
+    >>> continued.task_id, store.pause(paused.pause_id).status
+    ('t-door', 'resumed')
+    >>> continue_paused(options, ["c1"], lambda pause: {"c1": APPROVE}, door="doc", why="again")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    agents_loopguard.store.base.PauseAlreadyResumed: pause ... was already resumed by ...
+    """
+    store, task_id = task_of(options)
+    record = find_pause_for(store, call_ids, task_id=task_id)
+    claimed, _ = claim_for_resume(
+        store,
+        record,
+        decisions_for(record, decisions(record)),
+        who=options.who or f"{getpass.getuser()} ({door})",
+        why=why,
+        given=True,
+    )
+    return options.continuing(options.guard, task_id=claimed.task_id, budget=claimed.budget, store=store)

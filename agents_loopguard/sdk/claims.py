@@ -1,23 +1,21 @@
 """The SDK's own approval door (R13): a ``RunState`` after ``state.approve()`` / ``state.reject()`` continues the
 stored pause it came from, with the guarantees of :func:`~agents_loopguard.sdk.resume_guarded`.
 
-The pause is found by its pending calls (:func:`~agents_loopguard.ops.approvals.find_pause_for`), checked and claimed
-once (:func:`~agents_loopguard.ops.approvals.claim_for_resume`) with the decisions the application recorded in the
-state; the run goes on under the task's guard, its counters continuing. Everything that is not SDK translation
+The pause is found by its pending calls, checked and claimed once with the decisions the application recorded in the
+state (:func:`~agents_loopguard.ops.approvals.continue_paused`, every adapter's one claim-then-continue); the run goes
+on under the task's guard, its counters continuing. Everything that is not SDK translation
 is framework-free, in :mod:`agents_loopguard.ops.approvals`.
 """
 
 from __future__ import annotations
 
-import getpass
 from typing import Any
 
 from agents import RunState
 
-from ..ops.approvals import APPROVE, REJECT, DecisionError, claim_for_resume, decisions_for, find_pause_for
+from ..ops.approvals import APPROVE, REJECT, DecisionError, continue_paused
 from ..run.options import RunOptions
 from ..store.base import PauseRecord
-from ..store.defaults import default_store
 from .private import nested_decision, tool_decisions
 
 __all__ = ["ClaimedState", "continue_pause"]
@@ -52,20 +50,10 @@ def continue_pause(state: RunState[Any], options: RunOptions) -> RunOptions:
     """R13 by the SDK's own door: a ``RunState`` after ``state.approve()`` / ``state.reject()`` continues the
     stored pause it came from (digest checked, resumed once, the decisions recorded, the counters continuing).
     Returns the options of the pause's task. A state no stored pause waits for is refused: never a fresh budget."""
-    guard = options.guard
-    the_store = guard.store if guard is not None else options.store if options.store is not None else default_store()
-    record = find_pause_for(
-        the_store,
+    return continue_paused(
+        options,
         [str(item.call_id) for item in state.get_interruptions()],
-        task_id=guard.task_id if guard else options.task_id,
-    )
-    decisions = _decisions_in(state, record)
-    claimed, _ = claim_for_resume(
-        the_store,
-        record,
-        decisions_for(record, decisions),
-        who=options.who or f"{getpass.getuser()} (RunState)",
+        lambda record: _decisions_in(state, record),
+        door="RunState",
         why="decided in the application's RunState",
-        given=True,
     )
-    return options.continuing(guard, task_id=claimed.task_id, budget=claimed.budget, store=the_store)

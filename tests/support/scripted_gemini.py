@@ -11,7 +11,8 @@ Gemini API's JSON shape::
 
 A step is a :class:`Reply` (function calls and/or text), an :class:`HttpError` (the API answers with that
 status; the client raises ``google.genai.errors.APIError``) or a :class:`Dynamic` (computed from the request's
-body). Standard library only.
+body). A ``:streamGenerateContent`` request (ADK's ``StreamingMode.SSE``) gets the answer as server-sent events,
+its text word by word. Standard library only.
 """
 
 from __future__ import annotations
@@ -126,6 +127,23 @@ def _answer(reply: Reply) -> JSON:
     return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "scripted"}
 
 
+def _chunks(payload: JSON) -> list[JSON]:
+    """A whole answer as the chunks of a stream: each text part word by word, then the rest with the usage."""
+    candidate = payload["candidates"][0]
+    parts = candidate["content"]["parts"]
+    chunks: list[JSON] = []
+    for part in parts:
+        if "text" in part:
+            words = part["text"].split(" ")
+            for i, word in enumerate(words):
+                piece = word if i == len(words) - 1 else word + " "
+                chunks.append({"candidates": [{"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0}]})
+    rest = [part for part in parts if "text" not in part]
+    last = {**candidate, "content": {"role": "model", "parts": rest}}
+    chunks.append({**payload, "candidates": [last]})
+    return chunks
+
+
 @dataclass
 class ScriptedGeminiServer:
     """Serves ``steps`` in order on 127.0.0.1; a request past the end of the script is answered HTTP 500 and
@@ -145,9 +163,21 @@ class ScriptedGeminiServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, payload = server._respond(self.path, body)
+                if status == 200 and ":streamGenerateContent" in self.path:
+                    self._stream(payload)
+                    return
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, payload: JSON) -> None:
+                """Server-sent events (``alt=sse``): the answer in chunks, text first word by word."""
+                data = b"".join(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n" for chunk in _chunks(payload))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
