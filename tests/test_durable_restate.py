@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -25,40 +24,21 @@ from typing import Any
 import pytest
 
 from agents_loopguard.store import SQLStore
+from tests.support import durable_cases as cases
 from tests.support.restate_server import RestateServer, free_port, restate_server
-from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dynamic, final_text, tool_call
+from tests.support.scripted_openai import ScriptedOpenAIServer, dynamic
 
 pytestmark = pytest.mark.timeout(600)
 
-WORKER = Path(__file__).parent / "workers" / "restate_worker.py"
-POINTS = {  # kill point -> the outcome after Restate retried the invocation
-    "before-model-2": ("completed", "validated_done"),
-    "in-model-step": ("completed", "validated_done"),
-    "after-model-1": ("completed", "validated_done"),
-    "in-tool": ("needs_reconciliation", "unknown_commit"),
-    "in-verify": ("needs_reconciliation", "unknown_commit"),
+ROOT = Path(__file__).resolve().parents[1]
+BODIES = {  # the refund tool's body -> the kill points it reaches
+    "refund": [p for p in cases.KILL_POINTS if p != "in-step"],  # a plain body: in-step is in-tool
+    "journaled": [*cases.KILL_POINTS, "after-outcome"],  # the write inside ctx.run("charge", ...)
 }
-ROUNDS = int(os.environ.get("LG_RESTATE_ROUNDS", "2"))
-"""Rounds per kill point (each one a handler process killed and its successor started)."""
-
-
-def _order_of(body: JSON) -> int:
-    text = json.dumps(body.get("messages", []))
-    found = re.search(r"(?:refund|lookup) order (\d+)", text)
-    assert found, f"a request without its order: {text[:200]}"
-    return int(found.group(1))
-
-
-def _answer(body: JSON) -> Step:
-    """The model: refund the order the user names, then answer once the tool's output is in the conversation; asked
-    to look an order up, it reads one more page every time (it never ends by itself)."""
-    messages = body.get("messages", [])
-    read = sum(message.get("role") == "tool" for message in messages)
-    if "lookup order" in json.dumps(messages):
-        return tool_call("lookup", {"order": _order_of(body), "page": read})
-    if read:
-        return final_text("refunded")
-    return tool_call("refund", {"order": _order_of(body)})
+ENDS = {**cases.ENDS, "after-outcome": ("completed", "validated_done")}
+"""``after-outcome``: the task's outcome stored, the handler killed before Restate recorded its return."""
+ROUNDS = int(os.environ.get("LG_RESTATE_ROUNDS", "1"))
+"""Rounds per (body, kill point): each one a handler process killed and its successor started."""
 
 
 class Cluster:
@@ -74,11 +54,12 @@ class Cluster:
         """A new handler process (listening once ``go`` exists, if given: it imports meanwhile)."""
         config = {"folder": str(self.folder), "port": self.port, "base_url": self.model.base_url, "go": go and str(go)}
         return subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps({**config, "store_url": self.store_url})],
+            [sys.executable, "-m", "tests.workers.restate_worker", json.dumps({**config, "store_url": self.store_url})],
             stdout=subprocess.DEVNULL,
             stderr=open(self.folder / "handlers.err", "a"),
             text=True,
-            cwd=Path(__file__).parent.parent,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
 
     def listening(self, process: subprocess.Popen[str]) -> subprocess.Popen[str]:
@@ -90,16 +71,16 @@ class Cluster:
         return process
 
     def invoke(self, **request: Any) -> str:
+        key = request.pop("key", None)
+        if key is not None:
+            return self.server.send(f"desks/{key}", "handle", request)
         return self.server.send("refunds", "run", request)
 
     def requests_by_order(self) -> Counter[int]:
-        bodies = [request.body for request in self.model.requests]
-        assert all(isinstance(body, dict) for body in bodies)
-        return Counter(_order_of(body) for body in bodies)
+        return cases.requests_by_order(self.model)
 
     def writes(self) -> Counter[str]:
-        log = self.folder / "writes.log"
-        return Counter(log.read_text().split()) if log.exists() else Counter()
+        return cases.writes(self.folder)
 
     def store(self) -> SQLStore:
         return SQLStore(self.store_url)
@@ -113,7 +94,8 @@ def restate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestateServer]
 
 @pytest.fixture
 def cluster(restate: RestateServer, tmp_path: Path) -> Iterator[Cluster]:
-    with ScriptedOpenAIServer([dynamic(_answer) for _ in range(300)]) as model:
+    answer = dynamic(lambda body: cases.answer(body, lookups=None))
+    with ScriptedOpenAIServer([answer for _ in range(300)]) as model:
         cluster = Cluster(restate, model, tmp_path)
         first = cluster.listening(cluster.handler())
         restate.register(f"http://127.0.0.1:{cluster.port}")
@@ -154,28 +136,35 @@ def _killed_then_retried(cluster: Cluster, rounds: list[dict[str, Any]]) -> tupl
 def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
-    Each round's handler process is SIGKILLed at its point; restate-server retries the invocation against the next
-    process, which replays the journal (the model calls it recorded) and runs the rest. Every refund body ran once,
-    each task's model turns equal the requests the scripted server received for its order, and each outcome is the
-    one its kill point leads to. Half the rounds resolve the model by name through the application's provider, half
-    hold a Model instance on the agent: both are journaled."""
+    Every kill point of a refund run (tests/support/durable_cases.py), for a plain tool body and for a body that
+    journals its write itself (``ctx.run``), and for that one also once the task's outcome was stored. Each round's
+    handler process is SIGKILLed at its point; restate-server retries the invocation against the next process, which
+    replays the journal and runs the rest. Every invocation ends (none stuck on a journal mismatch) with the outcome
+    its kill point leads to; every refund body ran once;
+    each task's model turns equal the requests the scripted server received for its order, plus the one turn
+    reserved whose request never left (kill point ``reserved``: R1 reserves before the call). Half the rounds
+    resolve the model by name through the application's provider, half hold a Model instance on the agent."""
     rounds = []
-    for index, (point, n) in enumerate((p, n) for p in POINTS for n in range(ROUNDS)):
+    plan = [(body, point) for body, points in BODIES.items() for point in points for _ in range(ROUNDS)]
+    for index, (body, point) in enumerate(plan):
         order = 1000 + index + int(uuid.uuid4().int % 10**6) * 100
-        rounds.append({"order": order, "kill": point, "tag": uuid.uuid4().hex[:10], "by_name": n % 2 == 1})
+        tag = uuid.uuid4().hex[:10]
+        rounds.append({"order": order, "kill": point, "tag": tag, "work": body, "by_name": index % 2 == 1})
     results, _ = _killed_then_retried(cluster, rounds)
     requests, writes = cluster.requests_by_order(), cluster.writes()
     store = cluster.store()
     try:
         for request in rounds:
             point, order, result = request["kill"], request["order"], results[request["tag"]]
+            seen = (request["work"], point)
             task_id = result["invocation"]
             trace = [(e.kind, e.tool, e.result_class) for e in store.trace(task_id)]
-            assert writes[f"refund-{order}"] == 1, (point, writes[f"refund-{order}"], trace)
-            assert (result["status"], result["reason"]) == POINTS[point], (point, result, trace, requests[order])
+            assert writes[f"refund-{order}"] == 1, (seen, writes[f"refund-{order}"], trace)
+            assert (result["status"], result["reason"]) == ENDS[point], (seen, result, trace, requests[order])
             task = store.task(task_id)
-            assert task is not None and task.used.models == requests[order] == result["models"], (point, trace)
-            assert task.used.tools == 1, (point, task.used)
+            assert task is not None and task.used.models == result["models"], (seen, trace)
+            assert task.used.models == requests[order] + cases.UNSENT.get(point, 0), (seen, requests[order], trace)
+            assert task.used.tools == 1, (seen, task.used)
             assert result["pid"] == result["successor"], "the retried invocation ran in the successor"
     finally:
         store.close()

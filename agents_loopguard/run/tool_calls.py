@@ -135,6 +135,17 @@ class ToolCalls(RunState):
             with journal.journal_only():
                 yield Execute(call, 0, self.remaining())
 
+    def keep_step(self, key: str, output: Any) -> None:
+        """Record a durable engine's step of this run under ``key`` as ended with ``output`` (JSON, redacted), for
+        a later attempt to read with :meth:`kept_step` (the first record stands)."""
+        self.guard.begin_step(key)
+        self.guard.end_step(key, output)
+
+    def kept_step(self, key: str) -> Any:
+        """What :meth:`keep_step` recorded under ``key``, or ``None``."""
+        step = self.guard.begin_step(key)
+        return step.output if step.done else None
+
     def _note_journal(self, key: str) -> None:
         """The body of ``key`` begins to journal steps of its own (kept for an attempt after this one dies)."""
         self.guard.begin_step(f"{key}#journaled")
