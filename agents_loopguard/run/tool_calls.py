@@ -166,6 +166,12 @@ class ToolCalls(RunState):
         self.guard.end_step(f"{key}#journaled", noted)
         return noted
 
+    def restore(self, record: Any) -> Executed:
+        """The run's state as a :func:`~.durable.recorded` execution left it (its validated done, the verdict that
+        ended the run), read in another process than the one that executed it (a durable engine's conclusion):
+        what the model read then."""
+        return self._replayed(record)
+
     def _replayed(self, record: Any) -> Executed:
         """A recorded execution, replayed: what the model read, and the run's state as the execution left it."""
         output, message, verdict, ended, done = replayed(record)
