@@ -44,14 +44,15 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import restate.vm
-from agents import Agent, Handoff, RunConfig, Runner
+from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
 from agents.items import ModelResponse
 from agents.lifecycle import RunHooks
 from agents.models.interface import Model, ModelProvider
 from agents.models.multi_provider import MultiProvider
+from agents.tool import resolve_function_tool_failure_error_function, set_function_tool_failure_error_function
 from restate import RunOptions as RestateRunOptions
 from restate import TerminalError
-from restate.ext.openai.functions import wrap_agent_tools
+from restate.ext.openai.functions import propagate_cancellation, wrap_agent_tools
 from restate.ext.openai.models import State
 from restate.ext.openai.runner_wrapper import RestateModelWrapper
 from restate.extensions import current_context
@@ -203,6 +204,10 @@ class RestateSteps:
     def pass_over(self, journal: Any, began: int, noted: Callable[[], bool]) -> bool:
         return self.tap is not None and (journal is not None or noted())
 
+    def is_cancellation(self, error: BaseException) -> bool:
+        """Restate's cancellation reaches a tool body as a ``TerminalError`` 409 at its next journaled step."""
+        return isinstance(error, TerminalError) and error.status_code == 409
+
     @contextlib.contextmanager
     def journal_only(self) -> Iterator[None]:
         if self.tap is None:
@@ -293,6 +298,25 @@ _MODEL_CALL = "call LLM"
 """The name of Restate's journaled model call (``RestateModelWrapper``)."""
 
 
+def _cancellable(agent: Agent[Any], seen: dict[int, Agent[Any]] | None = None) -> Agent[Any]:
+    """A copy of ``agent`` (and of the agents it hands off to) whose function tools let Restate's cancellation out
+    of a tool body (Restate's ``propagate_cancellation`` around each tool's failure policy), so the run ends
+    cancelled with the call in flight instead of telling the model the tool failed."""
+    seen = {} if seen is None else seen
+    if id(agent) in seen:
+        return seen[id(agent)]
+    copy = seen[id(agent)] = agent.clone()
+    copy.tools = [_cancelling(tool) if isinstance(tool, FunctionTool) else tool for tool in agent.tools]
+    copy.handoffs = [_cancellable(target, seen) if isinstance(target, Agent) else target for target in agent.handoffs]
+    return copy
+
+
+def _cancelling(tool: FunctionTool) -> FunctionTool:
+    """A copy of ``tool`` (its invoker follows the copy) whose failure policy re-raises Restate's cancellation."""
+    policy = resolve_function_tool_failure_error_function(tool)
+    return set_function_tool_failure_error_function(dataclasses.replace(tool), propagate_cancellation(policy))
+
+
 _JOURNAL = "restate:{}:journal"
 """The step record of the commands an invocation's guarded run issued, kept before its outcome is stored."""
 
@@ -369,7 +393,7 @@ async def run_guarded_restate(
     kwargs = runner_kwargs(
         guard, hooks=hooks, run_config=journal.config(config), error_handlers=error_handlers, sdk=sdk
     )
-    copy = wrap_agent_tools(guard.compose(journal.agent(agent)), state)
+    copy = wrap_agent_tools(_cancellable(guard.compose(journal.agent(agent))), state)
     if tap is not None:
         ctx.vm = tap  # the guard sees the run's journal commands (the handler's own context restored below)
     try:

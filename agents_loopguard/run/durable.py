@@ -35,7 +35,17 @@ from ..values.calls import Verdict
 from ..values.errors import StoreError
 from ..values.outcome import Outcome, Reason, Status
 
-__all__ = ["BodyJournal", "DurableSteps", "Replay", "journal_of", "recorded", "replay_of", "replayed"]
+__all__ = [
+    "BodyJournal",
+    "DurableSteps",
+    "EngineCancels",
+    "Replay",
+    "cancels",
+    "journal_of",
+    "recorded",
+    "replay_of",
+    "replayed",
+]
 
 
 @runtime_checkable
@@ -89,6 +99,26 @@ class BodyJournal(Protocol):
         """While a body runs again to take its journaled steps: each is answered from the engine's journal, and a
         step the journal holds no result for fails without running (never a second effect)."""
         ...
+
+
+@runtime_checkable
+class EngineCancels(Protocol):
+    """A durable engine whose cancellation reaches a tool body as an ordinary exception (Restate's
+    ``TerminalError`` 409 at the body's next journaled step): the guarded run keeps such a call in flight (a write's
+    effect unknown) and lets the exception end the run, instead of settling it as the body's failure."""
+
+    def is_cancellation(self, error: BaseException) -> bool:
+        """Whether ``error`` out of a tool body is the engine cancelling the run."""
+        ...
+
+
+def cancels(durable: Any, error: BaseException) -> bool:
+    """Whether ``error`` out of a tool body is the durable engine's cancellation (see :class:`EngineCancels`).
+
+    >>> cancels(None, ValueError("a bug"))
+    False
+    """
+    return isinstance(durable, EngineCancels) and durable.is_cancellation(error)
 
 
 def _facts(verdict: Verdict | None) -> list[Any] | None:

@@ -15,7 +15,7 @@ from ..values.calls import KINDS, Call, Ticket, Verdict
 from ..values.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from ..values.outcome import Reason, Status
 from .declarations import ToolSpec, Unnamed, parse_arguments, resolve
-from .durable import BodyJournal, journal_of, recorded, replayed
+from .durable import BodyJournal, cancels, journal_of, recorded, replayed
 from .effects import Answer, Check, DeadlineExceeded, Execute, Sleep
 from .retry import ToolFailure
 from .state import Executed, Flight, RunState, refusal_message
@@ -217,6 +217,8 @@ class ToolCalls(RunState):
             flight = self.flights[key] = Flight(ticket, self.label(ticket.call))
             try:
                 answer = yield Execute(ticket.call, attempt, self.remaining())
+                if answer.error is not None and cancels(self.options.durable, answer.error):
+                    raise answer.error  # the engine cancelled the run inside the body: the call stays in flight
                 if isinstance(answer.error, DeadlineExceeded):
                     return self._failed(ticket, answer.error, reason=Reason.DEADLINE)
                 if answer.error is not None:

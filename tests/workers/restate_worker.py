@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,26 @@ async def journaled_refund(order: int) -> str:
     return written
 
 
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
+async def slow_refund(order: int) -> str:
+    """Refund an order, then wait for the bank's confirmation (a journaled sleep: a cancellation reaches it)."""
+    written = REFUNDS.write(order)
+    (FOLDER / f"body-started-{order}").write_text("")
+    await restate_context().sleep(timedelta(seconds=20))
+    (FOLDER / f"body-ended-{order}").write_text("")
+    return written
+
+
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
+async def slow_plain_refund(order: int) -> str:
+    """Refund an order, then wait without Restate (a cancellation cannot reach the body)."""
+    written = REFUNDS.write(order)
+    (FOLDER / f"body-started-{order}").write_text("")
+    await asyncio.sleep(3)
+    (FOLDER / f"body-ended-{order}").write_text("")
+    return written
+
+
 @guarded_tool
 def lookup(order: int, page: int) -> str:
     """Read one page of an order's history."""
@@ -96,7 +117,13 @@ def agent(work: str, by_name: bool) -> Agent[Any]:
     if not by_name:  # a Model instance on the agent (Restate's DurableRunner would not journal it)
         inner = OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=model_client(CONFIG["base_url"], KILLS))
         model = KillInStep(inner, KILLS)
-    tools = {"refund": [refund], "journaled": [journaled_refund], "lookup": [lookup]}[work]
+    tools = {
+        "refund": [refund],
+        "journaled": [journaled_refund],
+        "lookup": [lookup],
+        "slow": [slow_refund],
+        "slow-plain": [slow_plain_refund],
+    }[work]
     return Agent(name="refunds", model=model, tools=tools, model_settings=ModelSettings(max_tokens=64))
 
 
