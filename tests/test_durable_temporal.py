@@ -337,3 +337,22 @@ def test_r17_temporal_activity_workers_killed_run_every_write_once_with_exact_co
         assert task is not None and task.used.models == requests, (point, task, requests)
         assert task.status == result["status"], (point, task)
         assert requests == (3 if point == "in-model-step" else 1), (point, requests)
+
+
+def test_the_temporal_example_runs_a_guarded_workflow_and_concludes_its_task(tmp_path: Path) -> None:
+    """examples/temporal_refund.py (docs/durable.md) runs every step a user takes against the dev server: the
+    guarded activity tool, run_guarded_temporal in the workflow, the plugin on the client, the conclusion activity on
+    the worker; the task is read back as an Outcome; the refund ran once."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "TEMPORAL_CLI": _dev_server(), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "temporal_refund.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the workflow returned: completed/validated_done" in done.stdout
+    assert "the task in the store: completed/validated_done, model turns 2" in done.stdout
+    assert "refunds run: 1" in done.stdout
