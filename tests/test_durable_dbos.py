@@ -10,14 +10,11 @@ from the store under test. The side effect is a refund per body run (tests/suppo
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,15 +23,11 @@ import pytest
 
 from agents_loopguard import Budget
 from agents_loopguard.store import SQLStore
-from tests.conftest import libpq_url
 from tests.support import durable_cases as cases
-from tests.support.scripted_openai import ScriptedOpenAIServer, dynamic
+from tests.support.durable_clusters import DBOSCluster, dbos_cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(400)]
 
-ROOT = Path(__file__).resolve().parents[1]
-SYSTEM_DATABASE = "loopguard_dbos"
-"""DBOS's system database: a database of its own on the test server (each test a schema of its own in it)."""
 BODIES = {  # the refund tool's body -> the kill points it reaches
     "refund": [p for p in cases.KILL_POINTS if p != "in-step"],  # a plain body: in-step is in-tool
     "step": [p for p in cases.KILL_POINTS if p != "in-tool"],  # the tool's function is the step
@@ -45,79 +38,9 @@ ROUNDS = int(os.environ.get("LG_DBOS_ROUNDS", "1"))
 
 
 @pytest.fixture
-def dbos_schema(postgres_url: str) -> Iterator[tuple[str, str]]:
-    """(DBOS's system database URL, a fresh schema for its tables), the schema dropped afterwards."""
-    import psycopg
-
-    with psycopg.connect(libpq_url(postgres_url), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SYSTEM_DATABASE,)).fetchone()
-        if not exists:
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another test process made it first
-                conn.execute(f'CREATE DATABASE "{SYSTEM_DATABASE}"')
-    system_url = libpq_url(postgres_url).rsplit("/", 1)[0] + f"/{SYSTEM_DATABASE}"
-    schema = f"dbos_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(system_url, autocommit=True) as conn:  # the application's own table, for transactions
-        conn.execute(f'CREATE SCHEMA "{schema}_app"')
-        conn.execute(f'CREATE TABLE "{schema}_app".refunds (refund_order bigint NOT NULL)')
-    try:
-        yield system_url, schema
-    finally:
-        with psycopg.connect(system_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}_app" CASCADE')
-
-
-class Cluster:
-    """The scripted model server, DBOS's system database and the guard's store, shared by the worker processes."""
-
-    def __init__(self, server: ScriptedOpenAIServer, system: tuple[str, str], store_url: str, folder: Path) -> None:
-        self.server, self.store_url, self.folder = server, store_url, folder
-        self.system_url, self.system_schema = system
-
-    def config(self, mode: str, **fields: Any) -> dict[str, Any]:
-        return {
-            "mode": mode,
-            "folder": str(self.folder),
-            "base_url": self.server.base_url,
-            "system_url": self.system_url,
-            "system_schema": self.system_schema,
-            "app_url": self.system_url,
-            "app_schema": f"{self.system_schema}_app",
-            "store_url": self.store_url,
-            **fields,
-        }
-
-    def start(self, mode: str, **fields: Any) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.workers.dbos_worker", json.dumps(self.config(mode, **fields))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-
-    def requests_by_order(self) -> Counter[int]:
-        return cases.requests_by_order(self.server)
-
-    def writes(self) -> Counter[str]:
-        """The refunds written: lines of the log, and rows a transaction committed."""
-        import psycopg
-
-        found = cases.writes(self.folder)
-        with psycopg.connect(self.system_url, autocommit=True) as conn:
-            rows = conn.execute(f'SELECT refund_order FROM "{self.system_schema}_app".refunds').fetchall()
-        found.update(f"refund-{order}" for (order,) in rows)
-        return found
-
-
-@pytest.fixture
-def cluster(dbos_schema: tuple[str, str], pg_schema_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    answer = dynamic(lambda body: cases.answer(body, pace=0.2))
-    with ScriptedOpenAIServer([answer for _ in range(400)]) as server:
-        store = SQLStore(pg_schema_url)  # the store's tables, made once before the workers race for them
-        store.close()
-        yield Cluster(server, dbos_schema, pg_schema_url, tmp_path)
+def cluster(postgres_url: str, pg_schema_url: str, tmp_path: Path) -> Iterator[DBOSCluster]:
+    with dbos_cluster(postgres_url, pg_schema_url, tmp_path) as cluster:
+        yield cluster
 
 
 def _finished(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
@@ -134,7 +57,7 @@ def _new_order(index: int) -> int:
     return 1000 + index + int(uuid.uuid4().int % 10**6) * 100
 
 
-def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
+def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: DBOSCluster) -> None:
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
     Every kill point of a refund run (tests/support/durable_cases.py), for each tool body: a plain function, a
@@ -185,7 +108,7 @@ def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_co
         store.close()
 
 
-def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: Cluster) -> None:
+def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: DBOSCluster) -> None:
     """Rules: R16 (many workers share a task), R17, R2 (the model budget).
 
     Three DBOS worker processes pull six workflows of one task from a DBOS queue, concurrently. The task's budget
@@ -228,7 +151,7 @@ def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: Clust
 
 @pytest.mark.parametrize("kill", ["", "in-verify"], ids=["resumed", "killed-in-the-resumed-write"])
 def test_r13_r17_an_approval_pause_in_a_dbos_workflow_is_stored_with_the_budget_and_resumed_once(
-    cluster: Cluster, kill: str
+    cluster: DBOSCluster, kill: str
 ) -> None:
     """Rules: R13 (a pause keeps the budget, resumed once), R17, R6.
 
@@ -288,7 +211,7 @@ def test_r13_r17_an_approval_pause_in_a_dbos_workflow_is_stored_with_the_budget_
         store.close()
 
 
-def test_r2_r19_a_dbos_fork_continues_its_parents_task_never_a_fresh_budget(cluster: Cluster) -> None:
+def test_r2_r19_a_dbos_fork_continues_its_parents_task_never_a_fresh_budget(cluster: DBOSCluster) -> None:
     """Rules: R2 (the task budget spans runs), R19 (every door: a durable fork).
 
     A workflow whose task defaults to its id looks an order up until its budget of 2 model turns stops it. Forked

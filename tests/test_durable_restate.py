@@ -10,23 +10,19 @@ counted here, not read back from the store under test. The one side effect is a 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from agents_loopguard.store import SQLStore
 from tests.support import durable_cases as cases
-from tests.support.restate_server import RestateServer, free_port, http, restate_server
-from tests.support.scripted_openai import ScriptedOpenAIServer, dynamic
+from tests.support.durable_clusters import RestateCluster, restate_cluster, stop
+from tests.support.restate_server import RestateServer, http, restate_server
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -41,51 +37,6 @@ ROUNDS = int(os.environ.get("LG_RESTATE_ROUNDS", "1"))
 """Rounds per (body, kill point): each one a handler process killed and its successor started."""
 
 
-class Cluster:
-    """restate-server, the scripted model server, the guard's store (a SQLite file) and the handler processes, which
-    all listen on one port registered once as the service's deployment."""
-
-    def __init__(self, server: RestateServer, model: ScriptedOpenAIServer, folder: Path) -> None:
-        self.server, self.model, self.folder = server, model, folder
-        self.port = free_port()
-        self.store_url = f"sqlite:///{folder / 'loopguard.sqlite'}"
-
-    def handler(self, go: Path | None = None) -> subprocess.Popen[str]:
-        """A new handler process (listening once ``go`` exists, if given: it imports meanwhile)."""
-        config = {"folder": str(self.folder), "port": self.port, "base_url": self.model.base_url, "go": go and str(go)}
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.workers.restate_worker", json.dumps({**config, "store_url": self.store_url})],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.folder / "handlers.err", "a"),
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-
-    def listening(self, process: subprocess.Popen[str]) -> subprocess.Popen[str]:
-        deadline = time.monotonic() + 60
-        while not (self.folder / f"ready-{process.pid}").exists():
-            assert process.poll() is None, f"the handler died: {(self.folder / 'handlers.err').read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "the handler did not listen in 60 s"
-            time.sleep(0.02)
-        return process
-
-    def invoke(self, **request: Any) -> str:
-        key = request.pop("key", None)
-        if key is not None:
-            return self.server.send(f"desks/{key}", "handle", request)
-        return self.server.send("refunds", "run", request)
-
-    def requests_by_order(self) -> Counter[int]:
-        return cases.requests_by_order(self.model)
-
-    def writes(self) -> Counter[str]:
-        return cases.writes(self.folder)
-
-    def store(self) -> SQLStore:
-        return SQLStore(self.store_url)
-
-
 @pytest.fixture(scope="module")
 def restate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestateServer]:
     with restate_server(tmp_path_factory.mktemp("restate")) as server:
@@ -93,47 +44,12 @@ def restate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestateServer]
 
 
 @pytest.fixture
-def cluster(restate: RestateServer, tmp_path: Path) -> Iterator[Cluster]:
-    answer = dynamic(lambda body: cases.answer(body, lookups=None))
-    with ScriptedOpenAIServer([answer for _ in range(300)]) as model:
-        cluster = Cluster(restate, model, tmp_path)
-        first = cluster.listening(cluster.handler())
-        restate.register(f"http://127.0.0.1:{cluster.port}")
-        _stop(first)
+def cluster(restate: RestateServer, tmp_path: Path) -> Iterator[RestateCluster]:
+    with restate_cluster(restate, f"sqlite:///{tmp_path / 'loopguard.sqlite'}", tmp_path) as cluster:
         yield cluster
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
-    """A handler holds nothing to flush (its store commits every step): killed."""
-    process.kill()
-    process.wait(10)
-
-
-def _killed_then_retried(cluster: Cluster, rounds: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
-    """Each round's invocation, sent to a handler that kills itself at the round's point; its successor (which
-    then serves the next round) gets the retried invocation; it is started while the round runs, and listens once
-    its predecessor died. The results by tag, and the handlers' pids."""
-    current, pids, results = cluster.listening(cluster.handler()), [], {}
-    successor = current
-    try:
-        for n, request in enumerate(rounds):
-            go = cluster.folder / f"go-{n}"
-            successor = cluster.handler(go)  # imports while this round runs
-            invocation = cluster.invoke(**request)
-            code = current.wait(timeout=120)
-            assert code == -9, f"the handler was to be killed at {request['kill']}, it exited {code}"
-            go.write_text("")
-            current = cluster.listening(successor)
-            pids.append(current.pid)
-            results[request["tag"]] = {**cluster.server.result(invocation), "successor": current.pid}
-    finally:
-        _stop(current)
-        if successor is not current:
-            _stop(successor)
-    return results, pids
-
-
-def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
+def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cluster: RestateCluster) -> None:
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
     Every kill point of a refund run (tests/support/durable_cases.py), for a plain tool body and for a body that
@@ -150,7 +66,7 @@ def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cl
         order = 1000 + index + int(uuid.uuid4().int % 10**6) * 100
         tag = uuid.uuid4().hex[:10]
         rounds.append({"order": order, "kill": point, "tag": tag, "work": body, "by_name": index % 2 == 1})
-    results, _ = _killed_then_retried(cluster, rounds)
+    results = cluster.killed_then_retried(rounds)
     requests, writes = cluster.requests_by_order(), cluster.writes()
     store = cluster.store()
     try:
@@ -172,7 +88,7 @@ def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cl
 
 
 def test_r17_a_refusal_inside_the_journaled_call_is_terminal_and_the_run_ends_with_its_outcome(
-    cluster: Cluster,
+    cluster: RestateCluster,
 ) -> None:
     """Rules: R17, R2 (the model budget), R15 (one outcome).
 
@@ -187,9 +103,9 @@ def test_r17_a_refusal_inside_the_journaled_call_is_terminal_and_the_run_ends_wi
     try:
         plain = cluster.server.result(cluster.invoke(order=orders["plain"], tag="plain", **common))
     finally:
-        _stop(handler)
+        stop(handler)
     rounds = [{"order": orders[p], "kill": p, "tag": uuid.uuid4().hex[:10], **common} for p in orders if p != "plain"]
-    results, _ = _killed_then_retried(cluster, rounds)
+    results = cluster.killed_then_retried(rounds)
     requests = cluster.requests_by_order()
     store = cluster.store()
     try:
@@ -204,7 +120,7 @@ def test_r17_a_refusal_inside_the_journaled_call_is_terminal_and_the_run_ends_wi
 
 @pytest.mark.parametrize("work", ["slow", "slow-plain"])
 def test_a_cancelled_restate_invocation_counts_what_left_and_keeps_the_write_in_flight(
-    cluster: Cluster, work: str
+    cluster: RestateCluster, work: str
 ) -> None:
     """Issue 32 item 3: Restate's cancellation of an invocation while a tool body runs.
 
@@ -226,7 +142,7 @@ def test_a_cancelled_restate_invocation_counts_what_left_and_keeps_the_write_in_
         cluster.server.cancel(invocation)
         status, answer = http("GET", f"{cluster.server.ingress}/restate/invocation/{invocation}/attach", timeout=120)
     finally:
-        _stop(handler)
+        stop(handler)
     store = cluster.store()
     try:
         task = store.task(invocation)
@@ -246,7 +162,7 @@ def test_a_cancelled_restate_invocation_counts_what_left_and_keeps_the_write_in_
         assert (task.status, task.outcome["reason"]) in {("completed", "validated_done"), ("stopped", "cancelled")}
 
 
-def test_a_virtual_object_keyed_by_its_task_says_a_second_request_got_a_replay(cluster: Cluster) -> None:
+def test_a_virtual_object_keyed_by_its_task_says_a_second_request_got_a_replay(cluster: RestateCluster) -> None:
     """Issue 32 item 3: a Restate Virtual Object (``desks``) whose key is the task. The first request refunds its
     order and ends the task; a second, different request on the same key runs nothing (the task ended): it gets the
     task's stored outcome, now marked as a replay (``Outcome.result`` a ``Replay``, the detail saying so), where it
@@ -258,7 +174,7 @@ def test_a_virtual_object_keyed_by_its_task_says_a_second_request_got_a_replay(c
         first = cluster.server.result(cluster.invoke(key=key, order=first_order, tag=uuid.uuid4().hex[:10]))
         second = cluster.server.result(cluster.invoke(key=key, order=second_order, tag=uuid.uuid4().hex[:10]))
     finally:
-        _stop(handler)
+        stop(handler)
     assert (first["status"], first["task_id"], first["replay"]) == ("completed", key, False), first
     assert (second["status"], second["task_id"], second["replay"]) == ("completed", key, True), second
     requests = cluster.requests_by_order()
