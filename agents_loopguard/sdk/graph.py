@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, RunConfig
+from agents import Agent, FunctionTool, Handoff, RunConfig, Tool
 from agents.models.interface import Model
 from agents.result import RunResult, RunResultStreaming
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
@@ -26,6 +27,7 @@ from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_
 from ..run import GuardedRun
 from ._internal import ACTIVE_RUN
 from .hooks import GuardHooks
+from .kinds import guard_local
 from .model import GuardedModel, GuardedModelProvider, guard_inside
 from .tools import guard_undeclared
 
@@ -74,9 +76,25 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     setattr(clone, _COPY, True)
     owner = weakref.ref(agent, lambda _gone, key=key: _forget(key))  # type: ignore[misc]
     _COPIES[key] = (owner, shape, clone)  # before the handoffs: a graph with cycles reaches this copy again
-    clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+    clone.tools = [_guard_tool(t) for t in agent.tools]
     clone.handoffs = [_guard_handoff(h) for h in agent.handoffs]
+    clone.get_all_tools = _guarding(clone.get_all_tools)  # type: ignore[method-assign,assignment]
     return clone
+
+
+def _guard_tool(tool: Tool) -> Tool:
+    """A tool of a guarded copy: a function tool guarded at its invoker, an SDK local tool at its executor."""
+    return guard_undeclared(tool) if isinstance(tool, FunctionTool) else guard_local(tool)
+
+
+def _guarding(get_all_tools: Callable[[Any], Awaitable[list[Tool]]]) -> Callable[[Any], Awaitable[list[Tool]]]:
+    """``Agent.get_all_tools`` of a guarded copy: the function tools that appear only at run time (an MCP server's,
+    an override's) are guarded at their invoker, as the copy's own are (the last point before their body)."""
+
+    async def get_all_tools_guarded(run_context: Any) -> list[Tool]:
+        return [_guard_tool(t) for t in await get_all_tools(run_context)]
+
+    return get_all_tools_guarded
 
 
 def is_copy(agent: Any) -> bool:
@@ -164,6 +182,10 @@ class _NestedRunGuard(AgentRunner):
         return self._inner.run_streamed(starting_agent, input, **kwargs)
 
     def run_sync(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        if ACTIVE_RUN.get() is None and _attached(kwargs) is not None:  # Runner.run_sync with a LoopGuard's hooks
+            from .run import run_sync  # the loop the sync entry points use (imported late: run imports this)
+
+            return run_sync(lambda: self.run(starting_agent, input, **kwargs), name="Runner.run")
         return self._inner.run_sync(starting_agent, input, **kwargs)
 
 
