@@ -29,7 +29,8 @@ pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[1]
 BODIES = {  # the refund tool's body -> the kill points it reaches
     "refund": [p for p in cases.KILL_POINTS if p != "in-step"],  # a plain body: in-step is in-tool
-    "journaled": [*cases.KILL_POINTS, "after-outcome"],  # the write inside ctx.run("charge", ...)
+    # the write inside ctx.run("charge", ...): the points after the tool began (those before are the plain body's)
+    "journaled": ["before-model-2", "reserved", "in-step", "in-tool", "in-verify", "after-outcome"],
 }
 ENDS = {**cases.ENDS, "after-outcome": ("completed", "validated_done")}
 """``after-outcome``: the task's outcome stored, the handler killed before Restate recorded its return."""
