@@ -79,14 +79,27 @@ def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_co
     while pending:  # two killed workers at a time (2 cores)
         batch, pending = pending[:2], pending[2:]
         started = [
-            cluster.start("start", workflow_id=w, task_id=f"task-{w}", order=o, kill=p, work=b, executor=f"ex-{w}")
+            cluster.start(
+                "start",
+                workflow_id=w,
+                task_id=f"task-{w}",
+                order=o,
+                kill=p,
+                work=b,
+                executor=f"ex-{w}",
+                datasource=b == "transaction",
+            )
             for w, (b, p, o) in batch
         ]
         for process in started:
             code, _, err = _finished(process)
             assert code == -9, f"the worker was to be killed, it exited {code}: {err[-2000:]}"
     recovery = cluster.start(
-        "recover", workflow_ids=list(plan), executors=[f"ex-{w}" for w in plan], executor=f"ex-{uuid.uuid4().hex[:8]}"
+        "recover",
+        workflow_ids=list(plan),
+        executors=[f"ex-{w}" for w in plan],
+        executor=f"ex-{uuid.uuid4().hex[:8]}",
+        datasource="transaction" in BODIES,
     )
     code, out, err = _finished(recovery, timeout=300)
     results = _results(out)

@@ -61,10 +61,14 @@ def dbos_recovered(body: str) -> Any:
     def build(env: Env) -> Observed:
         assert env.store_url is not None
         order, workflow = _order(), f"wf-{uuid.uuid4().hex[:10]}"
-        with dbos_cluster(_postgres(), env.store_url, env.tmp_path) as cluster:
+        with dbos_cluster(_postgres(), env.store_url, env.tmp_path, shared=True) as cluster:
             common = {"workflow_id": workflow, "task_id": env.task_id, "order": order, "work": body, **_budget(env)}
-            cluster.run("start", killed=True, kill="before-model-2", executor=f"ex-{workflow}", **common)
-            results = cluster.run("recover", workflow_ids=[workflow], executors=[f"ex-{workflow}"], executor="ex-r")
+            datasource = body == "transaction"
+            cluster.run(
+                "start", killed=True, kill="before-model-2", executor=f"ex-{workflow}", datasource=datasource, **common
+            )
+            recovered = {"workflow_ids": [workflow], "executors": [f"ex-{workflow}"], "datasource": datasource}
+            results = cluster.run("recover", executor=f"ex-r-{workflow}", **recovered)
             assert "error" not in results[workflow], results[workflow]
             return _observed(env, order, cluster.writes(), cluster.requests_by_order())
 
@@ -76,7 +80,7 @@ def dbos_fork(env: Env) -> Observed:
     ``DBOS.fork_workflow`` from its first model step: the fork runs under the parent's task (nothing, it ended)."""
     assert env.store_url is not None
     order = _order()
-    with dbos_cluster(_postgres(), env.store_url, env.tmp_path, pace=0) as cluster:
+    with dbos_cluster(_postgres(), env.store_url, env.tmp_path, pace=0, shared=True) as cluster:
         first = {"workflow_id": env.task_id, "order": order, "work": "lookup", **_budget(env)}
         cluster.run("start", executor=f"ex-{env.task_id}", **first)
         forked = cluster.run("fork", workflow_id=env.task_id, start_step=1, executor=f"ex-fork-{env.task_id}")

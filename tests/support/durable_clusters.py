@@ -94,10 +94,9 @@ class DBOSCluster:
         return found
 
 
-@contextlib.contextmanager
-def dbos_cluster(postgres_url: str, store_url: str, folder: Path, *, pace: float = 0.2) -> Iterator[DBOSCluster]:
-    """A :class:`DBOSCluster` on the PostgreSQL server of ``postgres_url`` (its schemas dropped afterwards), the
-    guard's store at ``store_url`` (its tables made before the workers race for them)."""
+def _dbos_schemas(postgres_url: str) -> tuple[str, str]:
+    """(DBOS's system database URL, a new schema for its tables), with the application's table a transaction
+    writes in a schema beside it."""
     import psycopg
 
     with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
@@ -107,18 +106,46 @@ def dbos_cluster(postgres_url: str, store_url: str, folder: Path, *, pace: float
                 conn.execute(f'CREATE DATABASE "{SYSTEM_DATABASE}"')
     system_url = _libpq(postgres_url).rsplit("/", 1)[0] + f"/{SYSTEM_DATABASE}"
     schema = f"dbos_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(system_url, autocommit=True) as conn:  # the application's own table, for transactions
+    with psycopg.connect(system_url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}_app"')
         conn.execute(f'CREATE TABLE "{schema}_app".refunds (refund_order bigint NOT NULL)')
+    return system_url, schema
+
+
+def _drop_dbos_schemas(system_url: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(system_url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}_app" CASCADE')
+
+
+_SHARED_DBOS: dict[str, tuple[str, str]] = {}
+
+
+@contextlib.contextmanager
+def dbos_cluster(
+    postgres_url: str, store_url: str, folder: Path, *, pace: float = 0.2, shared: bool = False
+) -> Iterator[DBOSCluster]:
+    """A :class:`DBOSCluster` on the PostgreSQL server of ``postgres_url`` (its schemas dropped afterwards; with
+    ``shared``, one pair of schemas for the whole process, DBOS's tables migrated once, dropped at exit: the kit's
+    rows, whose workflows and executors are all of their own), the guard's store at ``store_url`` (its tables made
+    before the workers race for them)."""
+    if shared:
+        if postgres_url not in _SHARED_DBOS:
+            _SHARED_DBOS[postgres_url] = _dbos_schemas(postgres_url)
+            atexit.register(_drop_dbos_schemas, *_SHARED_DBOS[postgres_url])
+        system_url, schema = _SHARED_DBOS[postgres_url]
+    else:
+        system_url, schema = _dbos_schemas(postgres_url)
     SQLStore(store_url).close()
     answer = dynamic(lambda body: cases.answer(body, pace=pace))
     try:
         with ScriptedOpenAIServer([answer for _ in range(400)]) as server:
             yield DBOSCluster(server, system_url, schema, store_url, folder)
     finally:
-        with psycopg.connect(system_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}_app" CASCADE')
+        if not shared:
+            _drop_dbos_schemas(system_url, schema)
 
 
 class RestateCluster:
@@ -128,6 +155,7 @@ class RestateCluster:
     def __init__(self, server: RestateServer, model: ScriptedOpenAIServer, store_url: str, folder: Path) -> None:
         self.server, self.model, self.store_url, self.folder = server, model, store_url, folder
         self.port = free_port()
+        self.registered = False
 
     def handler(self, go: Path | None = None) -> subprocess.Popen[str]:
         """A new handler process (listening once ``go`` exists, if given: it imports meanwhile)."""
@@ -138,11 +166,15 @@ class RestateCluster:
             )
 
     def listening(self, process: subprocess.Popen[str]) -> subprocess.Popen[str]:
+        """``process``, once it listens (the first one to listen is registered as the services' deployment)."""
         deadline = time.monotonic() + 60
         while not (self.folder / f"ready-{process.pid}").exists():
             assert process.poll() is None, f"the handler died: {(self.folder / 'handlers.err').read_text()[-3000:]}"
             assert time.monotonic() < deadline, "the handler did not listen in 60 s"
             time.sleep(0.02)
+        if not self.registered:
+            self.server.register(f"http://127.0.0.1:{self.port}")
+            self.registered = True
         return process
 
     def invoke(self, **request: Any) -> str:
@@ -191,15 +223,11 @@ def stop(process: subprocess.Popen[str]) -> None:
 
 @contextlib.contextmanager
 def restate_cluster(server: RestateServer, store_url: str, folder: Path) -> Iterator[RestateCluster]:
-    """A :class:`RestateCluster` on ``server``, its deployment registered (a first handler, then stopped)."""
+    """A :class:`RestateCluster` on ``server`` (its deployment registered when its first handler listens)."""
     SQLStore(store_url).close()
     answer = dynamic(lambda body: cases.answer(body, lookups=None))
     with ScriptedOpenAIServer([answer for _ in range(300)]) as model:
-        cluster = RestateCluster(server, model, store_url, folder)
-        first = cluster.listening(cluster.handler())
-        server.register(f"http://127.0.0.1:{cluster.port}")
-        stop(first)
-        yield cluster
+        yield RestateCluster(server, model, store_url, folder)
 
 
 _SHARED: list[RestateServer] = []

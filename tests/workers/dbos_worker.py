@@ -145,7 +145,7 @@ def launch() -> None:
         "dbos_system_schema": CONFIG["system_schema"],
     }
     DBOS(config=config)
-    if CONFIG.get("app_url"):
+    if CONFIG.get("datasource"):  # the workflows this process runs or recovers include transaction bodies
         # no pooled connection outlives the event loop that made it (DBOS runs the workflows on its own loop)
         made = AsyncSQLAlchemyDatasource.create(
             CONFIG["app_url"], engine_kwargs={"poolclass": sa.NullPool}, schema=CONFIG["app_schema"]
