@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, RunConfig, Tool
+from agents import Agent, FunctionTool, Handoff, RunConfig, RunState, Tool
 from agents.models.interface import Model
 from agents.result import RunResult, RunResultStreaming
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
@@ -29,9 +29,10 @@ from ._internal import ACTIVE_RUN
 from .hooks import GuardHooks
 from .kinds import guard_local
 from .model import GuardedModel, GuardedModelProvider, guard_inside
+from .private import agent_of_tool, set_agent_of_tool, state_context
 from .tools import guard_undeclared
 
-__all__ = ["guard_agent", "guard_config", "install_nested_guard", "is_copy"]
+__all__ = ["guard_agent", "guard_config", "install_nested_guard", "is_copy", "restore_on"]
 
 _COPY = "_loopguard_copy"
 _COPIES: dict[int, tuple[weakref.ref[Agent[Any]], tuple[int, ...], Agent[Any]]] = {}
@@ -83,8 +84,18 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
 
 
 def _guard_tool(tool: Tool) -> Tool:
-    """A tool of a guarded copy: a function tool guarded at its invoker, an SDK local tool at its executor."""
-    return guard_undeclared(tool) if isinstance(tool, FunctionTool) else guard_local(tool)
+    """A tool of a guarded copy: a function tool guarded at its invoker, an SDK local tool at its executor. The
+    copy of an agent used as a tool names the guarded copy of that agent: a state the SDK restores resolves the
+    nested run's agents through it (a nested run resumed after an approval then runs guarded)."""
+    if not isinstance(tool, FunctionTool):
+        local: Tool = guard_local(tool)
+        return local
+    guarded = guard_undeclared(tool)
+    nested = agent_of_tool(tool)
+    if isinstance(nested, Agent):
+        guarded = dataclasses.replace(guarded) if guarded is tool else guarded  # never the application's object
+        set_agent_of_tool(guarded, guard_agent(nested))
+    return guarded
 
 
 def _guarding(get_all_tools: Callable[[Any], Awaitable[list[Tool]]]) -> Callable[[Any], Awaitable[list[Tool]]]:
@@ -131,6 +142,16 @@ def guard_config(run_config: RunConfig | dict[str, Any] | None, run: GuardedRun)
     return dataclasses.replace(
         config, model=_guard_model(config.model), model_provider=GuardedModelProvider(provider, run)
     )
+
+
+async def restore_on(copy: Agent[Any], state: RunState[Any]) -> RunState[Any]:
+    """``state`` restored against the guarded ``copy`` of its agent graph (the SDK resumes with the state's own
+    agents, matched by name), keeping its context."""
+    context = state_context(state)
+    if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
+        return await RunState.from_json(copy, state.to_json())
+    data = state.to_json(context_serializer=lambda _context: {})
+    return await RunState.from_json(copy, data, context_override=context)
 
 
 def _nested(run: GuardedRun, agent: Agent[Any], kwargs: dict[str, Any]) -> tuple[Agent[Any], dict[str, Any]]:

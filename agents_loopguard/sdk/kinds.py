@@ -72,7 +72,16 @@ def _hosted_shell(tool: Any) -> bool:
 def admit_tools(run: GuardedRun, tools: Iterable[Any]) -> None:
     """Check every tool a run can offer (when it starts, and before each request for tools that appear at run
     time): a function tool's declarations agree; a computer tool is not declared a write; a hosted tool or a tool
-    of an unknown type is refused unless ``RunOptions.unguarded`` names it."""
+    of an unknown type is refused unless ``RunOptions.unguarded`` names it.
+
+    >>> from agents import WebSearchTool
+    >>> from agents_loopguard import Budget, MemoryStore, RunOptions
+    >>> options = RunOptions(budget=Budget(1, 1), store=MemoryStore(), unguarded={"web_search": "read-only"})
+    >>> run = GuardedRun.start(options)
+    >>> admit_tools(run, [WebSearchTool()])
+    >>> run.outside
+    {'web_search'}
+    """
     for tool in tools:
         name = _name(tool)
         if isinstance(tool, FunctionTool):
@@ -151,7 +160,13 @@ def _local_shell_args(request: Any) -> dict[str, Any]:
 
 
 def guard_local(tool: Any) -> Any:
-    """The guarded copy of one of the SDK's local tools (its executor reserved at the body); any other as is."""
+    """The guarded copy of one of the SDK's local tools (its executor reserved at the body); any other as is.
+
+    >>> from agents import ShellTool
+    >>> shell = ShellTool(executor=lambda request: "ok")
+    >>> is_guarded_local(guard_local(shell)), is_guarded_local(shell)
+    (True, False)
+    """
     if is_guarded_local(tool):
         return tool
     if isinstance(tool, ShellTool) and tool.executor is not None and not _hosted_shell(tool):

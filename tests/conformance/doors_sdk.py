@@ -220,6 +220,24 @@ def nested_run(env: Env) -> Observed:
     return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
 
 
+def nested_run_streamed(env: Env) -> Observed:
+    """A ``Runner.run_streamed`` started inside a tool body, its events consumed there."""
+    lookup, _ = shop(env)
+    helper_model, boss_model = models(env, helper_turns(), boss_turns("delegate", {"question": "order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup])
+
+    @guarded_tool(verify=looked_up)
+    async def delegate(question: str) -> str:
+        """Ask the helper agent."""
+        env.body("delegate")
+        streamed = Runner.run_streamed(helper, question)
+        async for _event in streamed.stream_events():
+            pass
+        return str(streamed.final_output)
+
+    return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
+
+
 def handoffs(env: Env) -> Observed:
     lookup, refund = shop(env)
     triage_model, billing_model = models(
@@ -298,6 +316,27 @@ def approvals(env: Env) -> Observed:
         for item in state.get_interruptions():
             state.approve(item)
         return await run_guarded(agent, state, **env.options())
+
+    return env.observe(asyncio.run(main()))
+
+
+def as_tool_approval(env: Env) -> Observed:
+    """An approval inside an agent used as a tool: the nested run pauses, the parent run pauses with it, the user
+    approves with ``state.approve(item)`` on the parent's state and runs it again; the nested run resumes."""
+    lookup, refund = shop(env, needs_approval=True)
+    helper_script = [[function_call("refund", {"order": 1}, call_id="h1")], [assistant_message("order 1 refunded")]]
+    helper_model, boss_model = models(env, helper_script, boss_turns("billing", {"input": "refund order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup, refund])
+    boss = Agent(name="boss", model=boss_model, tools=[helper.as_tool("billing", "Billing.")])
+
+    async def main() -> Outcome:
+        first = await run_guarded(boss, "Refund order 1.", **env.options())
+        if not getattr(first.result, "interruptions", None):
+            return first
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        return await run_guarded(boss, state, **env.options())
 
     return env.observe(asyncio.run(main()))
 
@@ -606,6 +645,11 @@ DOORS = [
     ),
     door("as-tool", "an agent used as a tool (`agent.as_tool()`)", as_tool, final=FINAL),
     door("nested-run", "a `Runner.run` started inside a tool body", nested_run, final=FINAL),
+    door(
+        "nested-run-streamed",
+        "a `Runner.run_streamed` started inside a tool body",
+        nested_run_streamed,
+    ),
     door("handoff", "a handoff to another agent", handoffs),
     door(
         "model-retries",
@@ -619,6 +663,11 @@ DOORS = [
         "an approval pause resumed with the SDK's `state.approve(item)` and a new run of the state",
         approvals,
         final=FINAL,
+    ),
+    door(
+        "as-tool-approval",
+        "an approval inside an agent used as a tool, resumed with the SDK's `state.approve(item)`",
+        as_tool_approval,
     ),
     door("rerun", "the same task run again after it ended", rerun, stop_reason=None),
     door(
