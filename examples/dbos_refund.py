@@ -5,6 +5,11 @@ Needs PostgreSQL for DBOS's system database and the guard's store: ``DBOS_SYSTEM
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``). The model is scripted (``agents.testing.ScriptedModel``): it
 asks for the refund once, then answers. The workflow runs twice under the same id: the second run is DBOS's replay
 of a finished workflow, and the refund's body still ran once.
+
+The refund's operation id is its business key, built from the tool's arguments only (``refund-order-<order>``):
+the same in every process, so a process that recovers the workflow after a crash finds the write in the ledger.
+Never put a per-process value (a run id, a timestamp, a random number) into it. Each run of this program refunds a
+new order (its number picked by ``main`` and given to the workflow as its input, which DBOS records).
 """
 
 from __future__ import annotations
@@ -35,15 +40,12 @@ def refunded(args: dict[str, Any], output: Any) -> dict[str, Any]:
     return {"revision": 1 if done else 0, "done": done, "effect": "committed" if done else "not_committed"}
 
 
-@guarded_tool(kind="write", operation_id=lambda args: f"refund-{args['order']}-{RUN_ID}", verify=refunded)
+@guarded_tool(kind="write", operation_id=lambda args: f"refund-order-{args['order']}", verify=refunded)
 def refund(order: int, amount: int) -> str:
     """Refund an order."""
     RUNS.append(order)
     REFUNDS[order] = amount
     return f"refunded {amount} EUR for order {order}"
-
-
-RUN_ID = uuid.uuid4().hex[:8]
 
 
 @DBOS.workflow()
@@ -67,13 +69,14 @@ def main() -> None:
     with psycopg.connect(f"{database[0]}/postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database[1],)).fetchone():
             conn.execute(f'CREATE DATABASE "{database[1]}"')
-    DBOS(config={"name": "loopguard-example", "system_database_url": SYSTEM_URL, "executor_id": f"ex-{RUN_ID}"})
+    order = 100_000 + uuid.uuid4().int % 900_000  # a new order to refund on each run of the program
+    DBOS(config={"name": "loopguard-example", "system_database_url": SYSTEM_URL, "executor_id": f"ex-{order}"})
     DBOS.launch()
-    workflow_id = f"refund-{RUN_ID}"
+    workflow_id = f"refund-{order}"
     try:
         for attempt in ("first run", "the same workflow again"):
             with SetWorkflowID(workflow_id):  # the task id defaults to the workflow's id
-                print(f"{attempt}: {DBOS.start_workflow(refund_workflow, 42).get_result()}")
+                print(f"{attempt}: {DBOS.start_workflow(refund_workflow, order).get_result()}")
         print(f"refund bodies run: {len(RUNS)}")
     finally:
         DBOS.destroy()

@@ -1,23 +1,20 @@
 """R17 on a real DBOS (dbos 3.4 + dbos-openai-agents 0.3) on our PostgreSQL: an Agents SDK agent in a
-``@DBOS.workflow``, guarded by ``run_guarded_dbos``, SIGKILLed at several points and recovered by DBOS in another
-process; then DBOS queue workers sharing one task budget.
+``@DBOS.workflow``, guarded by ``run_guarded_dbos``, SIGKILLed at every kill point and recovered by DBOS in another
+process, with a plain tool body, a ``@DBOS.step`` body and a datasource transaction body; forks; then DBOS queue
+workers sharing one task budget.
 
 Every worker is a real OS process (tests/workers/dbos_worker.py); the model is the real ``openai`` client over HTTP
 against the scripted server in this process, so the requests the server received are counted here, not read back
-from the store under test. The one side effect is a line per refund body in ``writes.log``.
+from the store under test. The side effect is a refund per body run (tests/support/durable_cases.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import re
 import subprocess
-import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,114 +23,28 @@ import pytest
 
 from agents_loopguard import Budget
 from agents_loopguard.store import SQLStore
-from tests.conftest import libpq_url
-from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dynamic, final_text, stall, tool_call
+from tests.support import durable_cases as cases
+from tests.support.durable_clusters import DBOSCluster, dbos_cluster
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(400)]
 
-WORKER = Path(__file__).parent / "workers" / "dbos_worker.py"
-SYSTEM_DATABASE = "loopguard_dbos"
-"""DBOS's system database: a database of its own on the test server (each test a schema of its own in it)."""
-
-POINTS = {  # kill point -> the outcome after DBOS recovered the workflow
-    "before-model-2": ("completed", "validated_done"),
-    "in-model-step": ("completed", "validated_done"),
-    "after-model-1": ("completed", "validated_done"),
-    "in-tool": ("needs_reconciliation", "unknown_commit"),
-    "in-verify": ("needs_reconciliation", "unknown_commit"),
+AFTER_TOOL = ["before-model-2", "reserved", "in-step", "in-verify"]
+"""The kill points where a body's own step is replayed (the points before the tool are the same for every body)."""
+BODIES = {  # the refund tool's body -> the kill points it is killed at
+    "refund": [p for p in cases.KILL_POINTS if p != "in-step"],  # a plain body: in-step is in-tool
+    "step": AFTER_TOOL,  # the tool's function is the step
+    "transaction": [p for p in AFTER_TOOL if p != "reserved"],
 }
-LOOKUPS = 12
-"""Pages a lookup workflow reads: each one needs 13 model turns, more than the shared budget."""
-ROUNDS = int(os.environ.get("LG_DBOS_ROUNDS", "4"))
-"""Rounds per kill point: 20 in all (the oldest-SDK job of CI runs each point once)."""
-
-
-def _order_of(body: JSON) -> int:
-    text = json.dumps(body.get("messages", []))
-    found = re.search(r"(?:refund|lookup) order (\d+)", text)
-    assert found, f"a request without its order: {text[:200]}"
-    return int(found.group(1))
-
-
-def _answer(body: JSON) -> Step:
-    """The model: refund the order the user names, then answer once the tool's output is in the conversation; asked
-    to look an order up, it reads LOOKUPS pages (slowly: the queue's workers overlap) before it answers."""
-    messages = body.get("messages", [])
-    read = sum(message.get("role") == "tool" for message in messages)
-    if "lookup order" in json.dumps(messages):
-        step = (
-            final_text("nothing new")
-            if read >= LOOKUPS
-            else tool_call("lookup", {"order": _order_of(body), "page": read})
-        )
-        return stall(0.2, step)
-    if read:
-        return final_text("refunded")
-    return tool_call("refund", {"order": _order_of(body)})
+BODIES = {body: BODIES[body] for body in os.environ.get("LG_DBOS_BODIES", ",".join(BODIES)).split(",")}
+"""``LG_DBOS_BODIES`` narrows them (CI's oldest-SDK run: ``step``)."""
+ROUNDS = int(os.environ.get("LG_DBOS_ROUNDS", "1"))
+"""Rounds per (body, kill point): 13 in all, every kill point of every body covered."""
 
 
 @pytest.fixture
-def dbos_schema(postgres_url: str) -> Iterator[tuple[str, str]]:
-    """(DBOS's system database URL, a fresh schema for its tables), the schema dropped afterwards."""
-    import psycopg
-
-    with psycopg.connect(libpq_url(postgres_url), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SYSTEM_DATABASE,)).fetchone()
-        if not exists:
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):  # another test process made it first
-                conn.execute(f'CREATE DATABASE "{SYSTEM_DATABASE}"')
-    system_url = libpq_url(postgres_url).rsplit("/", 1)[0] + f"/{SYSTEM_DATABASE}"
-    schema = f"dbos_{uuid.uuid4().hex[:10]}"
-    try:
-        yield system_url, schema
-    finally:
-        with psycopg.connect(system_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-class Cluster:
-    """The scripted model server, DBOS's system database and the guard's store, shared by the worker processes."""
-
-    def __init__(self, server: ScriptedOpenAIServer, system: tuple[str, str], store_url: str, folder: Path) -> None:
-        self.server, self.store_url, self.folder = server, store_url, folder
-        self.system_url, self.system_schema = system
-
-    def config(self, mode: str, **fields: Any) -> dict[str, Any]:
-        return {
-            "mode": mode,
-            "folder": str(self.folder),
-            "base_url": self.server.base_url,
-            "system_url": self.system_url,
-            "system_schema": self.system_schema,
-            "store_url": self.store_url,
-            **fields,
-        }
-
-    def start(self, mode: str, **fields: Any) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps(self.config(mode, **fields))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).parent.parent,
-        )
-
-    def requests_by_order(self) -> Counter[int]:
-        bodies = [request.body for request in self.server.requests]
-        assert all(isinstance(body, dict) for body in bodies), [r.path for r in self.server.requests if not r.body]
-        return Counter(_order_of(body) for body in bodies)
-
-    def writes(self) -> Counter[str]:
-        log = self.folder / "writes.log"
-        return Counter(log.read_text().split()) if log.exists() else Counter()
-
-
-@pytest.fixture
-def cluster(dbos_schema: tuple[str, str], pg_schema_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ScriptedOpenAIServer([dynamic(_answer) for _ in range(400)]) as server:
-        store = SQLStore(pg_schema_url)  # the store's tables, made once before the workers race for them
-        store.close()
-        yield Cluster(server, dbos_schema, pg_schema_url, tmp_path)
+def cluster(postgres_url: str, pg_schema_url: str, tmp_path: Path) -> Iterator[DBOSCluster]:
+    with dbos_cluster(postgres_url, pg_schema_url, tmp_path) as cluster:
+        yield cluster
 
 
 def _finished(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
@@ -146,59 +57,75 @@ def _results(out: str) -> dict[str, dict[str, Any]]:
     return {row["workflow_id"]: row for row in rows}
 
 
-def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
+def _new_order(index: int) -> int:
+    return 1000 + index + int(uuid.uuid4().int % 10**6) * 100
+
+
+def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_counters(cluster: DBOSCluster) -> None:
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
-    20 rounds (4 per kill point; ``LG_DBOS_ROUNDS`` per point): each workflow's worker (a DBOS executor of its
-    own) is SIGKILLed at its point; another process then recovers the dead executors' workflows, as DBOS does for
-    a dead executor. Every refund body ran once, each task's model turns equal the requests the server received for
-    its order, and each outcome is the one its kill point leads to."""
-    rounds = [(point, n) for point in POINTS for n in range(ROUNDS)]
-    plan: dict[str, tuple[str, int]] = {}
-    for index, (point, _) in enumerate(rounds):
-        order = 1000 + index + int(uuid.uuid4().int % 10**6) * 100
-        workflow_id = f"wf-{uuid.uuid4().hex[:10]}"
-        plan[workflow_id] = (point, order)
+    Every kill point of a refund run (tests/support/durable_cases.py), for each tool body: a plain function, a
+    ``@DBOS.step`` as the tool's function, a datasource transaction. Each workflow's worker (a DBOS executor of its
+    own) is SIGKILLed at its point; another process then recovers the dead executors' workflows, as DBOS does for a
+    dead executor. Every workflow completes with the outcome its kill point leads to; every refund was written at
+    most once (a transaction killed before its commit wrote nothing); each task's model turns equal the requests
+    the server received for its order, plus the one turn reserved whose request never left (kill point
+    ``reserved``: R1 reserves before the call)."""
+    plan: dict[str, tuple[str, str, int]] = {}
+    rounds = [(body, point) for body, points in BODIES.items() for point in points for _ in range(ROUNDS)]
+    for index, (body, point) in enumerate(rounds):
+        plan[f"wf-{uuid.uuid4().hex[:10]}"] = (body, point, _new_order(index))
     pending = list(plan.items())
     while pending:  # two killed workers at a time (2 cores)
         batch, pending = pending[:2], pending[2:]
         started = [
-            cluster.start("start", workflow_id=w, task_id=f"task-{w}", order=o, kill=p, executor=f"ex-{w}")
-            for w, (p, o) in batch
+            cluster.start(
+                "start",
+                workflow_id=w,
+                task_id=f"task-{w}",
+                order=o,
+                kill=p,
+                work=b,
+                executor=f"ex-{w}",
+                datasource=b == "transaction",
+            )
+            for w, (b, p, o) in batch
         ]
         for process in started:
             code, _, err = _finished(process)
             assert code == -9, f"the worker was to be killed, it exited {code}: {err[-2000:]}"
-    executors = [f"ex-{w}" for w in plan]
     recovery = cluster.start(
-        "recover", workflow_ids=list(plan), executors=executors, executor=f"ex-{uuid.uuid4().hex[:8]}"
+        "recover",
+        workflow_ids=list(plan),
+        executors=[f"ex-{w}" for w in plan],
+        executor=f"ex-{uuid.uuid4().hex[:8]}",
+        datasource="transaction" in BODIES,
     )
-    code, out, err = _finished(recovery, timeout=240)
-    assert code == 0, err[-3000:]
+    code, out, err = _finished(recovery, timeout=300)
     results = _results(out)
-    assert set(results) == set(plan)
+    assert code == 0, err[-3000:]
+    failed = {plan[w][:2]: r["error"][:300] for w, r in results.items() if "error" in r}
+    assert not failed, failed
     requests, writes = cluster.requests_by_order(), cluster.writes()
     store = SQLStore(cluster.store_url)
     try:
-        for workflow_id, (point, order) in plan.items():
+        for workflow_id, (body, point, order) in plan.items():
+            seen = (body, point)
             result = results[workflow_id]
-            assert writes[f"refund-{order}"] == 1, (point, writes[f"refund-{order}"])
             trace = [(e.kind, e.tool, e.result_class) for e in store.trace(f"task-{workflow_id}")]
-            assert (result["status"], result["reason"]) == POINTS[point], (point, result, trace, requests[order])
+            expected_writes = 0 if (body, point) == ("transaction", "in-step") else 1
+            assert writes[f"refund-{order}"] == expected_writes, (seen, writes[f"refund-{order}"], trace)
+            assert (result["status"], result["reason"]) == cases.ENDS[point], (seen, result, trace)
             task = store.task(f"task-{workflow_id}")
-            assert task is not None and task.used.models == requests[order] == result["models"], (
-                point,
-                requests[order],
-                trace,
-            )
-            assert task.used.tools == 1, (point, task.used)
+            assert task is not None and task.used.models == result["models"], (seen, task, result)
+            assert task.used.models == requests[order] + cases.UNSENT.get(point, 0), (seen, requests[order], trace)
+            assert task.used.tools == 1, (seen, task.used)
             assert result["pid"] == recovery.pid, "the recovering process finished the workflow"
     finally:
         store.close()
-    assert sum(writes.values()) == len(plan)
 
 
-def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: Cluster) -> None:
+def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: DBOSCluster) -> None:
     """Rules: R16 (many workers share a task), R17, R2 (the model budget).
 
     Three DBOS worker processes pull six workflows of one task from a DBOS queue, concurrently. The task's budget
@@ -241,7 +168,7 @@ def test_r16_r17_dbos_queue_workers_share_one_task_budget_exactly(cluster: Clust
 
 @pytest.mark.parametrize("kill", ["", "in-verify"], ids=["resumed", "killed-in-the-resumed-write"])
 def test_r13_r17_an_approval_pause_in_a_dbos_workflow_is_stored_with_the_budget_and_resumed_once(
-    cluster: Cluster, kill: str
+    cluster: DBOSCluster, kill: str
 ) -> None:
     """Rules: R13 (a pause keeps the budget, resumed once), R17, R6.
 
@@ -297,5 +224,41 @@ def test_r13_r17_an_approval_pause_in_a_dbos_workflow_is_stored_with_the_budget_
         code, _, err = _finished(again)
         assert code != 0 and "PauseAlreadyResumed" in err, err[-2000:]
         assert cluster.writes()[f"refund-{order}"] == 1
+    finally:
+        store.close()
+
+
+def test_r2_r19_a_dbos_fork_continues_its_parents_task_never_a_fresh_budget(cluster: DBOSCluster) -> None:
+    """Rules: R2 (the task budget spans runs), R19 (every door: a durable fork).
+
+    A workflow whose task defaults to its id looks an order up until its budget of 2 model turns stops it. Forked
+    with ``DBOS.fork_workflow`` (a new workflow id, from its first model step on), the fork continues the parent's
+    task: the task had ended, so the fork runs nothing and returns the stored outcome marked as a replay. The server
+    received 2 requests in all (before: the fork ran under a fresh task with a fresh budget, 4 more requests)."""
+    order, workflow = _new_order(0), f"wf-{uuid.uuid4().hex[:10]}"
+    first = cluster.start(
+        "start", workflow_id=workflow, order=order, work="lookup", model_turns=2, executor=f"ex-{workflow}"
+    )
+    code, out, err = _finished(first)
+    assert code == 0, err[-2000:]
+    parent = _results(out)[workflow]
+    assert (parent["status"], parent["reason"], parent["task_id"]) == ("stopped", "model_budget", workflow)
+    fork = cluster.start("fork", workflow_id=workflow, start_step=1, executor=f"ex-fork-{workflow}")
+    code, out, err = _finished(fork)
+    assert code == 0, err[-2000:]
+    [(fork_id, forked)] = _results(out).items()
+    assert fork_id != workflow
+    assert (forked["status"], forked["reason"], forked["task_id"], forked["replay"]) == (
+        "stopped",
+        "model_budget",
+        workflow,
+        True,
+    ), forked
+    assert cluster.requests_by_order()[order] == 2
+    store = SQLStore(cluster.store_url)
+    try:
+        task = store.task(workflow)
+        assert task is not None and task.used.models == 2
+        assert store.task(fork_id) is None, "the fork ran under a task of its own"
     finally:
         store.close()

@@ -10,99 +10,32 @@ counted here, not read back from the store under test. The one side effect is a 
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from agents_loopguard.store import SQLStore
-from tests.support.restate_server import RestateServer, free_port, restate_server
-from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, dynamic, final_text, tool_call
+from tests.support import durable_cases as cases
+from tests.support.durable_clusters import RestateCluster, restate_cluster, stop
+from tests.support.restate_server import RestateServer, http, restate_server
 
 pytestmark = pytest.mark.timeout(600)
 
-WORKER = Path(__file__).parent / "workers" / "restate_worker.py"
-POINTS = {  # kill point -> the outcome after Restate retried the invocation
-    "before-model-2": ("completed", "validated_done"),
-    "in-model-step": ("completed", "validated_done"),
-    "after-model-1": ("completed", "validated_done"),
-    "in-tool": ("needs_reconciliation", "unknown_commit"),
-    "in-verify": ("needs_reconciliation", "unknown_commit"),
+ROOT = Path(__file__).resolve().parents[1]
+BODIES = {  # the refund tool's body -> the kill points it reaches
+    "refund": [p for p in cases.KILL_POINTS if p != "in-step"],  # a plain body: in-step is in-tool
+    # the write inside ctx.run("charge", ...): the points after the tool began (those before are the plain body's)
+    "journaled": ["before-model-2", "reserved", "in-step", "in-tool", "in-verify", "after-outcome"],
 }
-ROUNDS = int(os.environ.get("LG_RESTATE_ROUNDS", "2"))
-"""Rounds per kill point (each one a handler process killed and its successor started)."""
-
-
-def _order_of(body: JSON) -> int:
-    text = json.dumps(body.get("messages", []))
-    found = re.search(r"(?:refund|lookup) order (\d+)", text)
-    assert found, f"a request without its order: {text[:200]}"
-    return int(found.group(1))
-
-
-def _answer(body: JSON) -> Step:
-    """The model: refund the order the user names, then answer once the tool's output is in the conversation; asked
-    to look an order up, it reads one more page every time (it never ends by itself)."""
-    messages = body.get("messages", [])
-    read = sum(message.get("role") == "tool" for message in messages)
-    if "lookup order" in json.dumps(messages):
-        return tool_call("lookup", {"order": _order_of(body), "page": read})
-    if read:
-        return final_text("refunded")
-    return tool_call("refund", {"order": _order_of(body)})
-
-
-class Cluster:
-    """restate-server, the scripted model server, the guard's store (a SQLite file) and the handler processes, which
-    all listen on one port registered once as the service's deployment."""
-
-    def __init__(self, server: RestateServer, model: ScriptedOpenAIServer, folder: Path) -> None:
-        self.server, self.model, self.folder = server, model, folder
-        self.port = free_port()
-        self.store_url = f"sqlite:///{folder / 'loopguard.sqlite'}"
-
-    def handler(self, go: Path | None = None) -> subprocess.Popen[str]:
-        """A new handler process (listening once ``go`` exists, if given: it imports meanwhile)."""
-        config = {"folder": str(self.folder), "port": self.port, "base_url": self.model.base_url, "go": go and str(go)}
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps({**config, "store_url": self.store_url})],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.folder / "handlers.err", "a"),
-            text=True,
-            cwd=Path(__file__).parent.parent,
-        )
-
-    def listening(self, process: subprocess.Popen[str]) -> subprocess.Popen[str]:
-        deadline = time.monotonic() + 60
-        while not (self.folder / f"ready-{process.pid}").exists():
-            assert process.poll() is None, f"the handler died: {(self.folder / 'handlers.err').read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "the handler did not listen in 60 s"
-            time.sleep(0.02)
-        return process
-
-    def invoke(self, **request: Any) -> str:
-        return self.server.send("refunds", "run", request)
-
-    def requests_by_order(self) -> Counter[int]:
-        bodies = [request.body for request in self.model.requests]
-        assert all(isinstance(body, dict) for body in bodies)
-        return Counter(_order_of(body) for body in bodies)
-
-    def writes(self) -> Counter[str]:
-        log = self.folder / "writes.log"
-        return Counter(log.read_text().split()) if log.exists() else Counter()
-
-    def store(self) -> SQLStore:
-        return SQLStore(self.store_url)
+ENDS = {**cases.ENDS, "after-outcome": ("completed", "validated_done")}
+"""``after-outcome``: the task's outcome stored, the handler killed before Restate recorded its return."""
+ROUNDS = int(os.environ.get("LG_RESTATE_ROUNDS", "1"))
+"""Rounds per (body, kill point): each one a handler process killed and its successor started."""
 
 
 @pytest.fixture(scope="module")
@@ -112,70 +45,43 @@ def restate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestateServer]
 
 
 @pytest.fixture
-def cluster(restate: RestateServer, tmp_path: Path) -> Iterator[Cluster]:
-    with ScriptedOpenAIServer([dynamic(_answer) for _ in range(300)]) as model:
-        cluster = Cluster(restate, model, tmp_path)
-        first = cluster.listening(cluster.handler())
-        restate.register(f"http://127.0.0.1:{cluster.port}")
-        _stop(first)
+def cluster(restate: RestateServer, tmp_path: Path) -> Iterator[RestateCluster]:
+    with restate_cluster(restate, f"sqlite:///{tmp_path / 'loopguard.sqlite'}", tmp_path) as cluster:
         yield cluster
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
-    """A handler holds nothing to flush (its store commits every step): killed."""
-    process.kill()
-    process.wait(10)
-
-
-def _killed_then_retried(cluster: Cluster, rounds: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
-    """Each round's invocation, sent to a handler that kills itself at the round's point; its successor (which
-    then serves the next round) gets the retried invocation; it is started while the round runs, and listens once
-    its predecessor died. The results by tag, and the handlers' pids."""
-    current, pids, results = cluster.listening(cluster.handler()), [], {}
-    successor = current
-    try:
-        for n, request in enumerate(rounds):
-            go = cluster.folder / f"go-{n}"
-            successor = cluster.handler(go)  # imports while this round runs
-            invocation = cluster.invoke(**request)
-            code = current.wait(timeout=120)
-            assert code == -9, f"the handler was to be killed at {request['kill']}, it exited {code}"
-            go.write_text("")
-            current = cluster.listening(successor)
-            pids.append(current.pid)
-            results[request["tag"]] = {**cluster.server.result(invocation), "successor": current.pid}
-    finally:
-        _stop(current)
-        if successor is not current:
-            _stop(successor)
-    return results, pids
-
-
-def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cluster: Cluster) -> None:
+def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cluster: RestateCluster) -> None:
     """Rules: R17 (durable replays count once), R6 (unknown blocks a resend), R1 (reserved before the call).
 
-    Each round's handler process is SIGKILLed at its point; restate-server retries the invocation against the next
-    process, which replays the journal (the model calls it recorded) and runs the rest. Every refund body ran once,
-    each task's model turns equal the requests the scripted server received for its order, and each outcome is the
-    one its kill point leads to. Half the rounds resolve the model by name through the application's provider, half
-    hold a Model instance on the agent: both are journaled."""
+    Every kill point of a refund run (tests/support/durable_cases.py), for a plain tool body and for a body that
+    journals its write itself (``ctx.run``), and for that one also once the task's outcome was stored. Each round's
+    handler process is SIGKILLed at its point; restate-server retries the invocation against the next process, which
+    replays the journal and runs the rest. Every invocation ends (none stuck on a journal mismatch) with the outcome
+    its kill point leads to; every refund body ran once;
+    each task's model turns equal the requests the scripted server received for its order, plus the one turn
+    reserved whose request never left (kill point ``reserved``: R1 reserves before the call). Half the rounds
+    resolve the model by name through the application's provider, half hold a Model instance on the agent."""
     rounds = []
-    for index, (point, n) in enumerate((p, n) for p in POINTS for n in range(ROUNDS)):
+    plan = [(body, point) for body, points in BODIES.items() for point in points for _ in range(ROUNDS)]
+    for index, (body, point) in enumerate(plan):
         order = 1000 + index + int(uuid.uuid4().int % 10**6) * 100
-        rounds.append({"order": order, "kill": point, "tag": uuid.uuid4().hex[:10], "by_name": n % 2 == 1})
-    results, _ = _killed_then_retried(cluster, rounds)
+        tag = uuid.uuid4().hex[:10]
+        rounds.append({"order": order, "kill": point, "tag": tag, "work": body, "by_name": index % 2 == 1})
+    results = cluster.killed_then_retried(rounds)
     requests, writes = cluster.requests_by_order(), cluster.writes()
     store = cluster.store()
     try:
         for request in rounds:
             point, order, result = request["kill"], request["order"], results[request["tag"]]
+            seen = (request["work"], point)
             task_id = result["invocation"]
             trace = [(e.kind, e.tool, e.result_class) for e in store.trace(task_id)]
-            assert writes[f"refund-{order}"] == 1, (point, writes[f"refund-{order}"], trace)
-            assert (result["status"], result["reason"]) == POINTS[point], (point, result, trace, requests[order])
+            assert writes[f"refund-{order}"] == 1, (seen, writes[f"refund-{order}"], trace)
+            assert (result["status"], result["reason"]) == ENDS[point], (seen, result, trace, requests[order])
             task = store.task(task_id)
-            assert task is not None and task.used.models == requests[order] == result["models"], (point, trace)
-            assert task.used.tools == 1, (point, task.used)
+            assert task is not None and task.used.models == result["models"], (seen, trace)
+            assert task.used.models == requests[order] + cases.UNSENT.get(point, 0), (seen, requests[order], trace)
+            assert task.used.tools == 1, (seen, task.used)
             assert result["pid"] == result["successor"], "the retried invocation ran in the successor"
     finally:
         store.close()
@@ -183,7 +89,7 @@ def test_r17_killed_restate_handlers_run_every_write_once_with_exact_counters(cl
 
 
 def test_r17_a_refusal_inside_the_journaled_call_is_terminal_and_the_run_ends_with_its_outcome(
-    cluster: Cluster,
+    cluster: RestateCluster,
 ) -> None:
     """Rules: R17, R2 (the model budget), R15 (one outcome).
 
@@ -198,9 +104,9 @@ def test_r17_a_refusal_inside_the_journaled_call_is_terminal_and_the_run_ends_wi
     try:
         plain = cluster.server.result(cluster.invoke(order=orders["plain"], tag="plain", **common))
     finally:
-        _stop(handler)
+        stop(handler)
     rounds = [{"order": orders[p], "kill": p, "tag": uuid.uuid4().hex[:10], **common} for p in orders if p != "plain"]
-    results, _ = _killed_then_retried(cluster, rounds)
+    results = cluster.killed_then_retried(rounds)
     requests = cluster.requests_by_order()
     store = cluster.store()
     try:
@@ -211,3 +117,86 @@ def test_r17_a_refusal_inside_the_journaled_call_is_terminal_and_the_run_ends_wi
             assert task.used.models == requests[orders[name]] == result["models"] == 2, (name, task.used)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("work", ["slow", "slow-plain"])
+def test_a_cancelled_restate_invocation_counts_what_left_and_keeps_the_write_in_flight(
+    cluster: RestateCluster, work: str
+) -> None:
+    """Issue 32 item 3: Restate's cancellation of an invocation while a tool body runs.
+
+    ``slow``: the body wrote the refund, then waits on a journaled sleep, where the cancellation reaches it: the
+    body stops there (before: the guard took Restate's cancellation for the body's failure, told the model so and
+    went on), the call stays in flight, so the write's effect is unknown (``needs_reconciliation/cancelled``, never
+    sent again), and no further model request leaves; Restate reports the invocation cancelled. ``slow-plain``: the
+    body waits without Restate, which cannot interrupt it: it finishes, and Restate's cancellation (cooperative,
+    seen at a journaled step that is still pending) may come too late to stop the run. Either way the task's model
+    turns are the requests the server received, and the refund ran once."""
+    order = 6000 + int(uuid.uuid4().int % 10**5)
+    handler = cluster.listening(cluster.handler())
+    try:
+        invocation = cluster.invoke(order=order, tag=uuid.uuid4().hex[:10], work=work)
+        deadline = time.monotonic() + 60
+        while not (cluster.folder / f"body-started-{order}").exists():
+            assert time.monotonic() < deadline, "the tool body never started"
+            time.sleep(0.02)
+        cluster.server.cancel(invocation)
+        status, answer = http("GET", f"{cluster.server.ingress}/restate/invocation/{invocation}/attach", timeout=120)
+    finally:
+        stop(handler)
+    store = cluster.store()
+    try:
+        task = store.task(invocation)
+        operations = {op.operation_id: str(op.state) for op in store.operations(invocation)}
+    finally:
+        store.close()
+    assert task is not None and task.outcome is not None, (status, answer)
+    assert task.used.models == cluster.requests_by_order()[order], (task.used, answer)
+    assert cluster.writes()[f"refund-{order}"] == 1
+    if work == "slow":
+        assert (status, answer["message"]) == (409, "cancelled"), answer
+        assert (task.status, task.outcome["reason"]) == ("needs_reconciliation", "cancelled"), task.outcome
+        assert operations == {f"refund-{order}": "unknown"}, operations
+        assert task.used.models == 1 and not (cluster.folder / f"body-ended-{order}").exists()
+    else:
+        assert (cluster.folder / f"body-ended-{order}").exists()
+        assert (task.status, task.outcome["reason"]) in {("completed", "validated_done"), ("stopped", "cancelled")}
+
+
+def test_a_virtual_object_keyed_by_its_task_says_a_second_request_got_a_replay(cluster: RestateCluster) -> None:
+    """Issue 32 item 3: a Restate Virtual Object (``desks``) whose key is the task. The first request refunds its
+    order and ends the task; a second, different request on the same key runs nothing (the task ended): it gets the
+    task's stored outcome, now marked as a replay (``Outcome.result`` a ``Replay``, the detail saying so), where it
+    used to look like an answer to its own request. No request left for the second order."""
+    key = f"desk-{uuid.uuid4().hex[:8]}"
+    first_order, second_order = (7000 + int(uuid.uuid4().int % 10**5) for _ in range(2))
+    handler = cluster.listening(cluster.handler())
+    try:
+        first = cluster.server.result(cluster.invoke(key=key, order=first_order, tag=uuid.uuid4().hex[:10]))
+        second = cluster.server.result(cluster.invoke(key=key, order=second_order, tag=uuid.uuid4().hex[:10]))
+    finally:
+        stop(handler)
+    assert (first["status"], first["task_id"], first["replay"]) == ("completed", key, False), first
+    assert (second["status"], second["task_id"], second["replay"]) == ("completed", key, True), second
+    requests = cluster.requests_by_order()
+    assert requests[first_order] == 2 and requests[second_order] == 0
+    assert cluster.writes()[f"refund-{second_order}"] == 0
+
+
+def test_the_restate_example_serves_registers_and_invokes_its_guarded_handler(tmp_path: Path) -> None:
+    """examples/restate_refund.py (docs/durable.md) runs every step a user takes: the handler served by hypercorn,
+    registered with a restate-server it starts, invoked, the task read back as an Outcome; one charge ran."""
+    from tests.support.restate_server import server_binary
+
+    env = {**os.environ, "RESTATE_SERVER": str(server_binary()), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "restate_refund.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the handler answered: completed/validated_done" in done.stdout
+    assert "the task in the store: completed/validated_done, model turns 2" in done.stdout
+    assert "charges run: 1" in done.stdout

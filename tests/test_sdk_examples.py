@@ -49,3 +49,20 @@ def test_the_dbos_example_runs_the_refund_once(postgres_url: str) -> None:
     assert "first run: completed/validated_done, model turns 2" in done.stdout
     assert "the same workflow again: completed/validated_done, model turns 2" in done.stdout
     assert "refund bodies run: 1" in done.stdout
+
+
+def test_the_dbos_examples_operation_id_is_the_same_in_every_process() -> None:
+    """The refund's operation id is its business key: two processes (a worker and the one that recovers its
+    workflow) name the same refund alike, so the ledger protects the write across a crash (a per-process run id in
+    the key made the recovering process's key another one)."""
+    probe = (
+        "import runpy; from agents_loopguard.sdk import tool_spec; "
+        "spec = tool_spec(runpy.run_path('examples/dbos_refund.py')['refund']); "
+        "print(spec.operation_of({'order': 42, 'amount': 30}))"
+    )
+    keys = [
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=EXAMPLES.parent)
+        for _ in range(2)
+    ]
+    assert all(key.returncode == 0 for key in keys), keys[0].stderr[-2000:]
+    assert keys[0].stdout == keys[1].stdout == "refund-order-42\n"

@@ -14,10 +14,15 @@ Which layer wraps which, from the outside in:
 * tools are not DBOS steps (unless the application makes them so): a replayed workflow runs them again, and the
   guard answers each from the task's record, keyed by the workflow id and the model's tool-call id (stable: it
   comes from the recorded model response). A write whose worker died inside it is ``unknown`` in the ledger: never
-  sent again, the run ends ``needs_reconciliation``.
+  sent again, the run ends ``needs_reconciliation``;
+* a tool body that is a ``@DBOS.step`` or a datasource transaction (or calls them) takes DBOS's operation ids after
+  the one it began at: when the guard does not run the body again (answered from the record, or refused after an
+  attempt that died in it), DBOS's counter is moved past the ids the body took (:class:`DBOSSteps`), so DBOS meets
+  the next model step where it recorded it, never a second effect.
 
-The task defaults to the workflow's id, so DBOS's recovery of the workflow continues the same task and budget;
-several workflows (queue workers) given one ``task_id`` share one budget through the store (PostgreSQL).
+The task defaults to the workflow's id (for a fork, ``DBOS.fork_workflow``, the id of the workflow it was forked
+from, followed to the first), so DBOS's recovery of the workflow, and a fork of it, continue the same task and
+budget; several workflows (queue workers) given one ``task_id`` share one budget through the store (PostgreSQL).
 
 The DBOS example in ``docs/durable.md`` runs against a real DBOS on PostgreSQL (``tests/test_durable_dbos.py``).
 """
@@ -25,19 +30,24 @@ The DBOS example in ``docs/durable.md`` runs against a real DBOS on PostgreSQL (
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 from agents import Agent, RunConfig, RunState
 from agents.lifecycle import RunHooks
 from dbos import DBOS
+from dbos._context import get_local_dbos_context
+from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSUnexpectedStepError, DBOSWorkflowCancelledError
 from dbos_openai_agents import DBOSRunner
 from dbos_openai_agents.runner import DBOSModelWrapper, Turnstile
 from typing_extensions import Unpack
 
 from ..ops.approvals import DecisionError
 from ..run import RunFields, RunOptions
+from ..run.durable import replay_of
 from ..sdk import LoopGuard, register_step_model
 from ..sdk.claims import ClaimedState
 from ..sdk.private import tool_decisions
@@ -51,22 +61,82 @@ __all__ = ["DBOSSteps", "resume_guarded_dbos", "run_guarded_dbos"]
 register_step_model(DBOSModelWrapper, "model")
 
 
+T = TypeVar("T")
+_CONTROL = (DBOSUnexpectedStepError, DBOSWorkflowCancelledError, DBOSAwaitedWorkflowCancelledError)
+"""DBOS's own control flow out of a run: a workflow that does not replay as recorded, a cancelled workflow. They
+end the workflow, not the task: re-raised, never stored as the task's outcome."""
+
+
 class DBOSSteps:
     """Where DBOS is in the workflow (:class:`~agents_loopguard.run.DurableSteps`): a model call is keyed by the
     workflow id and DBOS's step id (its function id, assigned in order, the same on every replay), a tool execution
-    by the workflow id and the model's tool-call id.
+    by the id of the workflow the run began in (``origin``: a fork's original) and the model's tool-call id.
+
+    It is also the :class:`~agents_loopguard.run.durable.BodyJournal` of DBOS: a body's steps and transactions take
+    the function ids after the one it began at (recorded as ``[began, ended]``); a body not run again moves DBOS's
+    counter (``DBOSContext.function_id``: dbos 3.4 has no public door) past them, or, for an attempt that died in
+    the body, past the last operation DBOS recorded for the workflow (read outside the workflow, so not a step).
 
     >>> DBOSSteps().model_step() is None, DBOSSteps().tool_step("call-1") is None   # outside a workflow
     (True, True)
     """
+
+    def __init__(self, origin: str | None = None) -> None:
+        self.origin = origin
 
     def model_step(self) -> str | None:
         workflow, step = DBOS.workflow_id, DBOS.step_id
         return None if workflow is None or step is None else f"dbos:{workflow}:step:{step}"
 
     def tool_step(self, call_id: str | None) -> str | None:
-        workflow = DBOS.workflow_id
+        workflow = self.origin or DBOS.workflow_id
         return None if workflow is None or not call_id else f"dbos:{workflow}:tool:{call_id}"
+
+    def body_began(self, key: str, noted: Callable[[], None]) -> int:
+        return int(_context().function_id)
+
+    def body_ended(self, began: int) -> list[int] | None:
+        ended = _context().function_id
+        return [began, ended] if ended > began else None
+
+    async def pass_over(self, journal: Any, began: int, noted: Callable[[], bool]) -> bool:
+        context = _context()
+        if journal is not None:
+            last = int(journal[1])
+        else:  # the attempt died in the body: what DBOS recorded past this point is the body's
+            steps = await _outside(DBOS.list_workflow_steps_async(context.workflow_id, load_output=False))
+            last = max((int(step["function_id"]) for step in steps), default=0)
+        context.function_id = max(context.function_id, last)
+        return False
+
+    def journal_only(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+
+def _context() -> Any:
+    context = get_local_dbos_context()
+    if context is None or not hasattr(context, "function_id"):
+        raise RuntimeError("this dbos keeps its step counter elsewhere: a tool body's steps cannot be passed over")
+    return context
+
+
+async def _outside(work: Coroutine[Any, Any, T]) -> T:
+    """Await DBOS's ``work`` outside the workflow's context: DBOS neither records it as a step nor counts it."""
+    task: asyncio.Future[T] = contextvars.Context().run(asyncio.ensure_future, work)  # the task copies this context
+    return await task
+
+
+async def _origin(workflow_id: str) -> str:
+    """The workflow a chain of forks began with (the workflow itself when it is no fork): a fork's ``forked_from``
+    never changes, so every replay of the workflow reads the same."""
+    seen = [workflow_id]
+    while len(seen) < 100:
+        status = await _outside(DBOS.get_workflow_status_async(seen[-1]))
+        parent = getattr(status, "forked_from", None)
+        if not parent or parent in seen:
+            break
+        seen.append(str(parent))
+    return seen[-1]
 
 
 async def run_guarded_dbos(
@@ -85,12 +155,15 @@ async def run_guarded_dbos(
     return the one :class:`~agents_loopguard.Outcome` (as :func:`~agents_loopguard.sdk.run_guarded` does).
 
     The options are :func:`~agents_loopguard.sdk.run_guarded`'s; ``task_id`` defaults to the workflow's id (a
-    recovered workflow continues its task). The model must be the agent's (``run_config.model`` is refused: DBOS
-    makes only the agent's model a step). DBOS does not stream.
+    recovered workflow continues its task; a fork continues the task of the workflow it was forked from). The model
+    must be the agent's (``run_config.model`` is refused: DBOS makes only the agent's model a step). DBOS does not
+    stream. A task that had already ended runs nothing: its stored outcome comes back marked as a replay
+    (``Outcome.result`` a :class:`~agents_loopguard.run.durable.Replay`).
 
-    Raises ``RuntimeError`` outside a DBOS workflow.
+    Raises ``RuntimeError`` outside a DBOS workflow. DBOS's own control flow (a cancelled workflow, a replay that
+    does not match DBOS's record) goes through untouched, never stored as the task's outcome.
     """
-    workflow = _workflow_id("run_guarded_dbos")
+    workflow = await _origin(_workflow_id("run_guarded_dbos"))
     opts = RunOptions.merge(options, fields)
     config = RunConfig(**run_config) if isinstance(run_config, Mapping) else run_config
     if config is not None and config.model is not None:
@@ -99,15 +172,18 @@ async def run_guarded_dbos(
         )
     if opts.guard is None and opts.task_id is None:
         opts = dataclasses.replace(opts, task_id=workflow)
-    guard = LoopGuard(input, dataclasses.replace(opts, durable=DBOSSteps()))
+    guard = LoopGuard(input, dataclasses.replace(opts, durable=DBOSSteps(workflow)))
     if guard.finished is not None:
-        return guard.finished
+        return replay_of(guard.finished)
     sdk = {"context": context, "max_turns": max_turns}
     kwargs = runner_kwargs(guard, hooks=hooks, run_config=config, error_handlers=error_handlers, sdk=sdk)
     try:
         result: Any = await DBOSRunner.run(guard.compose(agent, entering=_prime_turnstile), guard.input, **kwargs)
     except asyncio.CancelledError:
         result = None
+    except _CONTROL:
+        await guard.close()
+        raise
     except Exception as exc:
         result = exc
     return await guard.outcome(result)

@@ -22,7 +22,14 @@ an agent holds as an instance. Which layer wraps which here, from the outside in
   again, and the guard answers each from the task's record, keyed by the invocation id and the model's tool-call id
   (stable: it comes from the journaled model response). A write whose attempt died inside it is ``unknown`` in the
   ledger: never sent again, the run ends ``needs_reconciliation``. Restate's turnstile (the order of parallel tool
-  calls) wraps the guarded tools.
+  calls: one body at a time) wraps the guarded tools;
+* a tool body that journals steps of its own (``ctx.run``) must take them again when the invocation is retried
+  (Restate checks every command against its journal): when the guard does not run the body again (answered from the
+  record, or refused after an attempt that died in it), it runs the body *journal-only* (:class:`RestateSteps`):
+  each ``ctx.run`` is answered from the journal, and one the journal holds no result for fails (``TerminalError``)
+  without running, never a second effect;
+* Restate's own control flow (a journal mismatch, a suspension, a lost connection, the attempt's cancellation) goes
+  through untouched and is never stored as the task's outcome.
 
 The task defaults to the invocation's id, so a retried invocation continues the same task and budget.
 """
@@ -33,31 +40,38 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from agents import Agent, Handoff, RunConfig, Runner
+import restate.vm
+from agents import Agent, FunctionTool, Handoff, RunConfig, Runner
 from agents.items import ModelResponse
 from agents.lifecycle import RunHooks
 from agents.models.interface import Model, ModelProvider
 from agents.models.multi_provider import MultiProvider
+from agents.tool import resolve_function_tool_failure_error_function, set_function_tool_failure_error_function
 from restate import RunOptions as RestateRunOptions
 from restate import TerminalError
-from restate.ext.openai.functions import wrap_agent_tools
-from restate.ext.openai.models import RestateModelResponse, State
+from restate.ext.openai.functions import propagate_cancellation, wrap_agent_tools
+from restate.ext.openai.models import State
 from restate.ext.openai.runner_wrapper import RestateModelWrapper
 from restate.extensions import current_context
+from restate.serde import BytesSerde
 from restate.server_context import DisconnectedException, restate_context_is_replaying
+from restate.vm import Failure, Run
 from typing_extensions import Unpack
 
 from ..run import RunFields, RunOptions
-from ..run.durable import recorded, replayed
+from ..run.durable import recorded, replay_of, replayed
 from ..sdk import LoopGuard, register_step_model
 from ..sdk.run import runner_kwargs
 from ..values.calls import Verdict
 from ..values.outcome import Outcome
 
-__all__ = ["JournaledModel", "RestateSteps", "run_guarded_restate"]
+__all__ = ["JournaledModel", "RestateSteps", "Tap", "run_guarded_restate"]
+
+VMException: type[Exception] = restate.vm.VMException  # type: ignore[attr-defined]
+"""Restate's state machine refused a command (a journal mismatch): its own control flow, never a run's outcome."""
 
 REFUSAL_CODE = 429
 """The status code of the ``TerminalError`` a guard refusal inside a journaled model call becomes."""
@@ -89,11 +103,68 @@ def refused_verdict(error: TerminalError) -> Verdict | None:
     return replayed(json.loads(facts))[2]
 
 
+_NOT_COMMANDS = frozenset({"sys_input", "sys_write_output_success", "sys_write_output_failure", "sys_end"})
+"""Calls to Restate's state machine that are not journal commands of the handler's code."""
+BLOCKED_CODE = 412
+"""The status code of the failure a journal-only body's unjournaled ``ctx.run`` is completed with (not run)."""
+
+
+class Tap:
+    """Restate's state machine of the invocation (``ctx.vm``) as the handler's context uses it during a guarded run,
+    seen by the guard: the names of the journal commands the handler issues (``run`` commands by their name, any
+    other by its kind), a callback before a tool body's first command, and the journal-only mode in which a ``run``
+    the journal holds no result for is completed with a failure instead of running.
+
+    >>> class VM:
+    ...     def sys_sleep(self, millis, name=None): return 7
+    ...     def is_replaying(self): return False
+    >>> tap = Tap(VM())
+    >>> tap.sys_sleep(10), tap.is_replaying(), tap.commands
+    (7, False, ['sleep'])
+    """
+
+    def __init__(self, vm: Any) -> None:
+        self.vm = vm
+        self.commands: list[str] = []
+        self.before_command: Callable[[], None] | None = None
+        self.only_journal = False
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.vm, name)
+        if not name.startswith("sys_") or name in _NOT_COMMANDS or not callable(attribute):
+            return attribute
+
+        def command(*args: Any, **kwargs: Any) -> Any:
+            self._command(name.removeprefix("sys_"))
+            return attribute(*args, **kwargs)
+
+        return command
+
+    def _command(self, name: str) -> None:
+        before, self.before_command = self.before_command, None
+        if before is not None:
+            before()
+        self.commands.append(name)
+
+    def sys_run(self, name: str) -> Run:
+        self._command(f"run:{name}")
+        run: Run = self.vm.sys_run(name)
+        if not self.only_journal or run.replayed:
+            return run
+        failure = Failure(BLOCKED_CODE, f"agents_loopguard: {name!r} has no result in the journal: not run again")
+        self.vm.propose_run_completion_failure(run.handle, failure)
+        return Run(replayed=True, handle=run.handle)  # the closure is never scheduled
+
+
 class RestateSteps:
     """Where Restate is in the invocation (:class:`~agents_loopguard.run.DurableSteps`): a model call is keyed by the
     invocation id and its ordinal in the handler (counted outside the journal, so a replayed call counts too: the
     handler is deterministic, the n-th call is the same one on every retry), a tool execution by the invocation id
     and the model's tool-call id.
+
+    It is also the :class:`~agents_loopguard.run.durable.BodyJournal` of Restate (through the run's :class:`Tap`):
+    a body's commands are counted; a body not run again runs journal-only, and a body whose attempt died is noted
+    before its first command (Restate gives no way to read what a dead attempt journaled).
 
     >>> steps = RestateSteps("inv_1")
     >>> steps.model_step() is None          # before the first model call
@@ -102,9 +173,10 @@ class RestateSteps:
     ('restate:inv_1:model:1', 'restate:inv_1:tool:call_A', None)
     """
 
-    def __init__(self, invocation_id: str) -> None:
+    def __init__(self, invocation_id: str, tap: Tap | None = None) -> None:
         self.invocation_id = invocation_id
         self.model_calls = 0
+        self.tap = tap
 
     def next_model_call(self) -> None:
         """A model call of the handler begins (journaled or not)."""
@@ -115,6 +187,37 @@ class RestateSteps:
 
     def tool_step(self, call_id: str | None) -> str | None:
         return f"restate:{self.invocation_id}:tool:{call_id}" if call_id else None
+
+    def body_began(self, key: str, noted: Callable[[], None]) -> int:
+        if self.tap is None:
+            return 0
+        self.tap.before_command = noted
+        return len(self.tap.commands)
+
+    def body_ended(self, began: int) -> list[str] | None:
+        if self.tap is None:
+            return None
+        self.tap.before_command = None
+        taken = self.tap.commands[began:]
+        return taken or None
+
+    def pass_over(self, journal: Any, began: int, noted: Callable[[], bool]) -> bool:
+        return self.tap is not None and (journal is not None or noted())
+
+    def is_cancellation(self, error: BaseException) -> bool:
+        """Restate's cancellation reaches a tool body as a ``TerminalError`` 409 at its next journaled step."""
+        return isinstance(error, TerminalError) and error.status_code == 409
+
+    @contextlib.contextmanager
+    def journal_only(self) -> Iterator[None]:
+        if self.tap is None:
+            yield
+            return
+        self.tap.only_journal = True
+        try:
+            yield
+        finally:
+            self.tap.only_journal = False
 
 
 class JournaledModel(RestateModelWrapper):
@@ -195,19 +298,54 @@ _MODEL_CALL = "call LLM"
 """The name of Restate's journaled model call (``RestateModelWrapper``)."""
 
 
-async def _unreachable() -> RestateModelResponse:
-    raise TerminalError("agents_loopguard: a finished task's journal replay asked for a new model call")
+def _cancellable(agent: Agent[Any], seen: dict[int, Agent[Any]] | None = None) -> Agent[Any]:
+    """A copy of ``agent`` (and of the agents it hands off to) whose function tools let Restate's cancellation out
+    of a tool body (Restate's ``propagate_cancellation`` around each tool's failure policy), so the run ends
+    cancelled with the call in flight instead of telling the model the tool failed."""
+    seen = {} if seen is None else seen
+    if id(agent) in seen:
+        return seen[id(agent)]
+    copy = seen[id(agent)] = agent.clone()
+    copy.tools = [_cancelling(tool) if isinstance(tool, FunctionTool) else tool for tool in agent.tools]
+    copy.handoffs = [_cancellable(target, seen) if isinstance(target, Agent) else target for target in agent.handoffs]
+    return copy
 
 
-async def _replay_journal(ctx: Any) -> None:
+def _cancelling(tool: FunctionTool) -> FunctionTool:
+    """A copy of ``tool`` (its invoker follows the copy) whose failure policy re-raises Restate's cancellation."""
+    policy = resolve_function_tool_failure_error_function(tool)
+    return set_function_tool_failure_error_function(dataclasses.replace(tool), propagate_cancellation(policy))
+
+
+_JOURNAL = "restate:{}:journal"
+"""The step record of the commands an invocation's guarded run issued, kept before its outcome is stored."""
+
+
+async def _unreachable() -> bytes:
+    raise TerminalError("agents_loopguard: a finished task's journal replay asked for a new step")
+
+
+async def _replay_journal(ctx: Any, commands: list[str] | None) -> None:
     """The task ended in an earlier attempt of this invocation (after its outcome was stored, before Restate
-    recorded the handler's return): Restate requires the retry to take the journal's steps again, so the recorded
-    model calls are replayed (nothing runs: each is answered from the journal) before the stored outcome is returned.
-    Tools that journal steps of their own (``ctx.run`` in a tool body) are not replayed here: such an invocation
-    fails Restate's determinism check (see docs/durable.md)."""
-    while restate_context_is_replaying.get():
-        with contextlib.suppress(TerminalError):  # a refusal the journal recorded
-            await ctx.run_typed(_MODEL_CALL, _unreachable, RestateRunOptions(type_hint=RestateModelResponse))
+    recorded the handler's return): Restate requires the retry to take the journal's steps again, so the commands
+    the run issued (kept with the task before its outcome was stored: the model calls and the tool bodies' own
+    ``ctx.run`` blocks, in order) are taken again, each answered from the journal (nothing runs). Without that record
+    (an invocation of an earlier release), the model calls are replayed while Restate replays."""
+    options = RestateRunOptions(serde=BytesSerde())
+    if commands is None:
+        while restate_context_is_replaying.get():
+            with contextlib.suppress(TerminalError):  # a refusal the journal recorded
+                await ctx.run_typed(_MODEL_CALL, _unreachable, options)
+        return
+    for command in commands:
+        kind, _, name = command.partition(":")
+        if kind != "run":
+            raise TerminalError(
+                f"agents_loopguard: the finished run issued a {kind!r} command, which cannot be replayed without its "
+                "arguments: keep a tool body's own steps to ctx.run blocks"
+            )
+        with contextlib.suppress(TerminalError):  # a failure the journal recorded (a refusal, a blocked run)
+            await ctx.run_typed(name, _unreachable, options)
 
 
 async def run_guarded_restate(
@@ -234,17 +372,20 @@ async def run_guarded_restate(
     Raises ``RuntimeError`` outside a Restate handler. Restate's own control flow (a suspension, a lost connection,
     the attempt's cancellation) goes through untouched: Restate retries the invocation, which continues the task.
     """
-    ctx = current_context()
+    ctx: Any = current_context()  # the server's invocation context (its state machine: ``ctx.vm``)
     if ctx is None:
         raise RuntimeError("run_guarded_restate runs inside a Restate handler (the journal is the handler's)")
-    steps = RestateSteps(ctx.request().id)
+    invocation = ctx.request().id
+    tap = Tap(ctx.vm) if hasattr(ctx, "vm") else None
+    steps = RestateSteps(invocation, tap)
     opts = RunOptions.merge(options, fields)
     if opts.guard is None and opts.task_id is None:
-        opts = dataclasses.replace(opts, task_id=steps.invocation_id)
+        opts = dataclasses.replace(opts, task_id=invocation)
     guard = LoopGuard(input, dataclasses.replace(opts, durable=steps))
     if guard.finished is not None:
-        await _replay_journal(ctx)
-        return guard.finished
+        replaying = restate_context_is_replaying.get()
+        await _replay_journal(ctx, guard.run.kept_step(_JOURNAL.format(invocation)) if replaying else None)
+        return replay_of(guard.finished)
     state = State()
     journal = _Journal(state, model_retries or RestateRunOptions(), steps)
     config = RunConfig(**run_config) if isinstance(run_config, Mapping) else run_config
@@ -252,28 +393,40 @@ async def run_guarded_restate(
     kwargs = runner_kwargs(
         guard, hooks=hooks, run_config=journal.config(config), error_handlers=error_handlers, sdk=sdk
     )
-    copy = wrap_agent_tools(guard.compose(journal.agent(agent)), state)
+    copy = wrap_agent_tools(_cancellable(guard.compose(journal.agent(agent))), state)
+    if tap is not None:
+        ctx.vm = tap  # the guard sees the run's journal commands (the handler's own context restored below)
     try:
-        return await _run(guard, copy, kwargs)
+        result = await _run(guard, copy, kwargs)
+        if tap is not None:  # kept before the outcome: a retry after the outcome was stored takes them again
+            guard.run.keep_step(_JOURNAL.format(invocation), tap.commands)
+        return await _outcome(guard, result)
     finally:
+        if tap is not None:
+            ctx.vm = tap.vm
         if config is None:  # the provider made for the run (the SDK's default): closed with it, as the SDK does
             with contextlib.suppress(Exception):
                 await kwargs["run_config"].model_provider.aclose()
 
 
-async def _run(guard: LoopGuard, agent: Agent[Any], kwargs: dict[str, Any]) -> Outcome:
-    """``Runner.run`` under the guard, and the one outcome of how it ended (Restate's own control flow re-raised)."""
+async def _run(guard: LoopGuard, agent: Agent[Any], kwargs: dict[str, Any]) -> Any:
+    """``Runner.run`` under the guard: its result, or the exception it ended with (Restate's own control flow, a
+    lost connection and a journal mismatch included, is re-raised: never the task's outcome)."""
     try:
-        result: Any = await Runner.run(agent, guard.input, **kwargs)
-    except (asyncio.CancelledError, DisconnectedException):
+        return await Runner.run(agent, guard.input, **kwargs)
+    except (asyncio.CancelledError, DisconnectedException, VMException):
         raise  # this attempt is over, not the invocation: Restate retries it and the task continues
-    except TerminalError as exc:
-        if exc.status_code == 409:  # the invocation was cancelled (Restate's cancellation)
+    except Exception as exc:
+        return exc
+
+
+async def _outcome(guard: LoopGuard, result: Any) -> Outcome:
+    """The one outcome of how the run ended: a cancellation of the invocation, a refusal replayed from the journal
+    (the guard's own verdict), or what the guarded run concludes."""
+    if isinstance(result, TerminalError):
+        if result.status_code == 409:  # the invocation was cancelled (Restate's cancellation)
             return await guard.outcome(cancelled=True)
-        verdict = refused_verdict(exc)
+        verdict = refused_verdict(result)
         if verdict is not None and guard.run.verdict is None:  # replayed from the journal: the guard's own verdict
             guard.run.stop(verdict)
-        return await guard.outcome(exc)
-    except Exception as exc:
-        result = exc
     return await guard.outcome(result)

@@ -19,29 +19,36 @@ outside in:
   across the workflow's replays and the activity's retries): a write whose attempt died inside it is ``unknown`` in
   the ledger, and its retry is refused (non-retryable), never sent again.
 
-Store I/O never runs in workflow code (Temporal replays it): the guard lives in the activities. Not covered here: the
-task's outcome is not concluded by this module (the workflow reads the refusal with :func:`refusal_of`); a done
-proved by a tool activity's ``verify`` is that activity's, and plain function tools run as workflow code are not
-guarded (see docs/durable.md).
+Store I/O never runs in workflow code (Temporal replays it): the guard lives in the activities. In the workflow,
+:func:`run_guarded_temporal` checks the agent's tools before anything runs (a plain function tool would run as
+workflow code, outside the guard: refused with the fix, make it a guarded activity), runs the agent, and concludes
+the task through the conclusion activity (:meth:`GuardedActivityModels.conclusion`): the task's one outcome is
+stored (completed, partial, a refusal, an error), from the run's ending and the task's records (a done proved by a
+tool activity's ``verify`` included), so every operator view shows it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import Any, TypeVar
 
+from agents import Agent, FunctionTool, Handoff, Runner
 from agents.models.interface import Model, ModelProvider
 from agents.models.openai_provider import OpenAIProvider
 from openai import AsyncOpenAI
-from temporalio import activity
+from temporalio import activity, workflow
 from temporalio.exceptions import ApplicationError
 from typing_extensions import Unpack
 
 from ..run import (
+    NO_OUTPUT,
+    Ending,
     Execute,
     Executed,
     GuardedRun,
@@ -49,18 +56,35 @@ from ..run import (
     RunOptions,
     ToolSpec,
     adrive,
+    conclude,
     declare_tool,
     perform_check_async,
     within_deadline,
 )
-from ..run.durable import recorded, replayed
-from ..sdk import GuardedModel
+from ..run.durable import recorded, replay_of, replayed
+from ..run.tool_calls import jsonable
+from ..sdk import GuardedModel, LoopGuard
 from ..values.calls import Verdict
+from ..values.outcome import Outcome, Reason, RecoveryRecord
 
-__all__ = ["REFUSAL_TYPE", "GuardedActivityModels", "TemporalSteps", "guarded_activity", "refusal_of"]
+__all__ = [
+    "CONCLUDE",
+    "REFUSAL_TYPE",
+    "TOOL_REFUSED",
+    "GuardedActivityModels",
+    "TemporalSteps",
+    "check_tools",
+    "guarded_activity",
+    "refusal_of",
+    "run_guarded_temporal",
+]
 
 REFUSAL_TYPE = "LoopGuardRefusal"
 """The ``type`` of the non-retryable ``ApplicationError`` a guard refusal inside an activity becomes."""
+CONCLUDE = "agents_loopguard.conclude"
+"""The name of the conclusion activity (:meth:`GuardedActivityModels.conclusion`)."""
+_GUARDED = "__loopguard_activity__"
+"""Set on a :func:`guarded_activity` body: :func:`check_tools` knows it from an activity nobody guarded."""
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
@@ -115,6 +139,11 @@ def refusal_of(error: BaseException | None) -> Verdict | None:
     return None
 
 
+def _done_key(workflow_id: str) -> str:
+    """The record of the validated done a tool activity proved (the conclusion restores it)."""
+    return f"temporal:{workflow_id}:done"
+
+
 def _activity_run(options: RunOptions) -> GuardedRun:
     """The task's guarded run inside the current activity (the task defaults to the workflow id)."""
     info = activity.info()
@@ -143,6 +172,51 @@ class GuardedActivityModels(ModelProvider):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+    def conclusion(self) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+        """The conclusion activity (named :data:`CONCLUDE`) with these options: register it on an activity worker
+        (``Worker(..., activities=[..., models.conclusion()])``); :func:`run_guarded_temporal` calls it when the
+        workflow's agent run ends, and it stores the task's outcome."""
+        options = self.options
+
+        async def conclude_run(ending: dict[str, Any]) -> dict[str, Any]:
+            return await _conclude(options, ending)
+
+        defined: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] = activity.defn(name=CONCLUDE)(conclude_run)
+        return defined
+
+
+async def _conclude(options: RunOptions, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's outcome from how the workflow's run ended (``facts``, see :func:`run_guarded_temporal`) and the
+    task's records: a task that had ended returns its stored outcome, marked as a replay."""
+    run = _activity_run(options)
+    if run.guard.outcome is not None:
+        return _record(replay_of(run.guard.outcome))
+    done = run.kept_step(_done_key(activity.info().workflow_id))
+    if done is not None:
+        run.restore(done)
+    verdict = replayed(facts["verdict"])[2] if facts.get("verdict") else None
+    if verdict is not None:
+        run.stop(verdict)
+    error = facts.get("error")
+    ending = Ending(
+        output=facts.get("output", NO_OUTPUT),
+        error=RuntimeError(error) if error else None,
+        stopped_by=facts.get("stopped_by"),
+        tool=facts.get("tool"),
+        cancelled=bool(facts.get("cancelled")),
+    )
+    try:
+        outcome = await adrive(conclude(run, ending), perform_check_async)
+    except Exception:  # a programming error of the workflow's run: the task ended stopped/fatal, the workflow raises
+        assert run.guard.outcome is not None, "a run that raised has ended its task"
+        outcome = run.guard.outcome
+    return _record(outcome)
+
+
+def _record(outcome: Outcome) -> dict[str, Any]:
+    record: dict[str, Any] = outcome.record().model_dump(mode="json")
+    return record
 
 
 def guarded_activity(
@@ -173,8 +247,12 @@ def guarded_activity(
             call = run.propose(spec, name, arguments)
             if isinstance(call, Executed):
                 return _answer(run, call)
-            return _answer(run, await _execute(run, spec, call, lambda: fn(*args, **kwargs)))
+            executed = await _execute(run, spec, call, lambda: fn(*args, **kwargs))
+            if run.done is not None:  # the task's validated done, for the conclusion (another activity)
+                run.keep_step(_done_key(activity.info().workflow_id), recorded(None, None, None, done=run.done))
+            return _answer(run, executed)
 
+        setattr(body, _GUARDED, spec)
         return body  # type: ignore[return-value]
 
     return wrap
@@ -210,3 +288,132 @@ class _Ended(Exception):
     def __init__(self, verdict: Verdict) -> None:
         super().__init__(f"agents_loopguard stopped the run: {verdict.status}/{verdict.reason}")
         self.verdict = verdict
+
+
+# --- workflow code ----------------------------------------------------------------------------------------------
+
+
+TOOL_REFUSED = "LoopGuardToolRefused"
+"""The ``type`` of the non-retryable ``ApplicationError`` that refuses a tool the guard cannot reach in a workflow
+(the workflow fails with the fix, before anything runs)."""
+
+
+def _tool_refused(message: str) -> Exception:
+    error: Exception = ApplicationError(message, type=TOOL_REFUSED, non_retryable=True)
+    return error
+
+
+def _activity_definition(tool: FunctionTool) -> Any:
+    """The activity behind a tool made by ``activity_as_tool`` (its invoker closes over the activity's
+    definition), or ``None``."""
+    invoke = tool.on_invoke_tool
+    if getattr(invoke, "__module__", "") != "temporalio.openai_agents.workflow":
+        return None
+    return inspect.getclosurevars(invoke).nonlocals.get("ret")
+
+
+def _refusal_of_tool(tool: Any) -> str | None:
+    """Why ``tool`` cannot run under the guard in a workflow (``None``: it can)."""
+    name = getattr(tool, "name", type(tool).__name__)
+    if not isinstance(tool, FunctionTool):
+        return None  # a hosted tool runs at the model's provider, inside the guarded model request
+    definition = _activity_definition(tool)
+    if definition is None:
+        return (
+            f"tool {name!r} would run as workflow code, outside the guard (never reserved, run again on every "
+            "replay; a sync def cannot even run in the workflow sandbox): make it an activity, "
+            "@activity.defn over @guarded_activity(...), and give the agent activity_as_tool(that_activity)"
+        )
+    if getattr(getattr(definition, "fn", None), _GUARDED, None) is None:
+        return (
+            f"activity {definition.name!r} (tool {name!r}) is not guarded: put @guarded_activity(...) under its "
+            "@activity.defn, so each execution is reserved inside the activity"
+        )
+    return None
+
+
+def check_tools(agent: Agent[Any]) -> Agent[Any]:
+    """Refuse (a non-retryable ``ApplicationError`` of type :data:`TOOL_REFUSED`) an agent graph whose tools the
+    guard cannot reach in a Temporal workflow: a plain function tool (it runs as workflow code), an activity tool
+    whose activity is not a :func:`guarded_activity`, an MCP server (its tools run in Temporal's own activities).
+    Returns ``agent``. Pure: workflow code may call it (:func:`run_guarded_temporal` does, before anything runs).
+
+    >>> from agents import Agent, function_tool
+    >>> check_tools(Agent(name="a", tools=[function_tool(lambda: "x", name_override="plain")]))
+    Traceback (most recent call last):
+    ...
+    temporalio.exceptions.ApplicationError: LoopGuardToolRefused: tool 'plain' would run as workflow code, ...
+    """
+    seen: set[int] = set()
+    pending: list[Any] = [agent]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen or not isinstance(current, Agent):
+            continue
+        seen.add(id(current))
+        for tool in current.tools:
+            refusal = _refusal_of_tool(tool)
+            if refusal is not None:
+                raise _tool_refused(refusal)
+        if current.mcp_servers:
+            raise _tool_refused(
+                f"agent {current.name!r} has MCP servers: their tools run in Temporal's own activities, outside "
+                "the guard; wrap each MCP tool you need in a guarded activity"
+            )
+        pending += [h.agent if isinstance(h, Handoff) and hasattr(h, "agent") else h for h in current.handoffs]
+    return agent
+
+
+async def run_guarded_temporal(
+    agent: Agent[Any],
+    input: Any,
+    *,
+    conclusion: Mapping[str, Any] | None = None,
+    **runner: Any,
+) -> Outcome:
+    """In workflow code: check the agent's tools (:func:`check_tools`), run it (``Runner.run``, which the plugin
+    makes durable: every model call an activity), and conclude the task through the conclusion activity
+    (:meth:`GuardedActivityModels.conclusion`), which stores the task's one outcome; return it.
+
+    ``conclusion`` are ``workflow.execute_activity``'s options for that activity (default: a 30 s start-to-close
+    timeout; give ``task_queue=`` when the activities run on another queue); ``runner`` goes to ``Runner.run``
+    (``max_turns``, ``context``, ``run_config``...). A refusal by the guard ends the run with its outcome; a
+    programming error of the run ends the task ``stopped/fatal`` and is re-raised (the workflow fails), as in every
+    adapter. A task that had ended (an earlier workflow, or an earlier run of a continue-as-new chain, concluded it)
+    runs nothing new: the outcome is the stored one, marked as a replay in its ``detail``.
+    """
+    check_tools(agent)
+    facts: dict[str, Any]
+    raised: BaseException | None = None
+    try:
+        result = await Runner.run(agent, input, **runner)
+    except asyncio.CancelledError:
+        await _concluded({"cancelled": True}, conclusion)
+        raise
+    except Exception as exc:
+        facts, raised = _error_facts(exc), exc
+    else:
+        facts = {"output": jsonable(result.final_output)}
+    outcome = await _concluded(facts, conclusion)
+    if raised is not None and outcome.reason is Reason.FATAL and not facts.get("verdict"):
+        raise raised
+    return outcome
+
+
+def _error_facts(error: BaseException) -> dict[str, Any]:
+    """How a run that raised ended, as the conclusion activity reads it (an exception does not cross to it)."""
+    verdict = refusal_of(error)
+    if verdict is not None:
+        return {"verdict": recorded(None, None, verdict, ended=True), "error": str(error)}
+    ending = LoopGuard.ending_of(error)
+    facts: dict[str, Any] = {"error": f"{type(error).__name__}: {error}"}
+    if ending.stopped_by is not None:
+        facts.update(stopped_by=ending.stopped_by, tool=ending.tool)
+    return facts
+
+
+async def _concluded(facts: dict[str, Any], options: Mapping[str, Any] | None) -> Outcome:
+    """The conclusion activity's answer, as the task's :class:`~agents_loopguard.Outcome`."""
+    settings = {"start_to_close_timeout": timedelta(seconds=30), **(options or {})}
+    record = await workflow.execute_activity(CONCLUDE, facts, **settings)
+    return RecoveryRecord.from_json(record).to_outcome()

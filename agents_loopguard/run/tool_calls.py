@@ -15,7 +15,7 @@ from ..values.calls import KINDS, Call, Ticket, Verdict
 from ..values.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from ..values.outcome import Reason, Status
 from .declarations import ToolSpec, Unnamed, parse_arguments, resolve
-from .durable import recorded, replayed
+from .durable import BodyJournal, cancels, journal_of, recorded, replayed
 from .effects import Answer, Check, DeadlineExceeded, Execute, Sleep
 from .retry import ToolFailure
 from .state import Executed, Flight, RunState, refusal_message
@@ -113,7 +113,8 @@ class ToolCalls(RunState):
         """``authorize -> Execute -> Check -> settle`` for one call, with the tool's bounded retries; a generator of
         effects for :func:`drive` / :func:`adrive`. A refused call never executes; a committed write returns its
         stored output without executing. Inside a durable engine's workflow (``RunOptions.durable``), an execution
-        the engine's replay runs again returns what the model read the first time, reserving nothing (R17)."""
+        the engine's replay runs again returns what the model read the first time, reserving nothing (R17), and a
+        body not run again has its own journaled steps taken by the engine (:class:`~.durable.BodyJournal`)."""
         if self.telemetry is None:
             return (yield from self._call(spec, call))
         span = self.telemetry.tool_began(self, call.tool, call.call_id, call.kind)
@@ -138,13 +139,65 @@ class ToolCalls(RunState):
         if key is None:
             return (yield from self._execute(spec, call))
         step = self.guard.begin_step(key)
+        journal = durable if isinstance(durable, BodyJournal) else None
+        began = journal.body_began(key, lambda: self._note_journal(key)) if journal is not None else None
         if step.done:
+            body = journal_of(step.output)
+            if journal is not None and body is not None:
+                yield from self._pass_over(journal, call, body, began, lambda: True)
             return self._replayed(step.output)
         before, executed = self.done, (yield from self._execute(spec, call))
+        ran = journal.body_ended(began) if journal is not None else None
+        if journal is not None and ran is None and step.attempts > 1:  # an attempt died in the body, not run now
+            yield from self._pass_over(journal, call, None, began, lambda: self._journal_noted(key))
         if executed.error is None:  # a body's exception is the framework's to report: run again on a replay
             ended, proved = self.verdict is executed.verdict, self.done if self.done is not before else None
-            self.guard.end_step(key, recorded(executed.output, executed.message, executed.verdict, ended, proved))
+            record = recorded(executed.output, executed.message, executed.verdict, ended, proved, journal=ran)
+            self.guard.end_step(key, record)
         return executed
+
+    def _pass_over(
+        self, journal: BodyJournal, call: Call, body: Any, began: Any, noted: Callable[[], bool]
+    ) -> Generator[Any, Answer, None]:
+        """Take the engine past the journaled steps of a body that is not run again; an engine that needs the body
+        itself for that gets it run journal-only (each step answered from its journal, its output not used)."""
+        answer = yield Check(journal.pass_over, (body, began, noted))
+        if answer.error is not None:
+            raise answer.error
+        if answer.value:
+            with journal.journal_only():
+                yield Execute(call, 0, self.remaining())
+
+    def keep_step(self, key: str, output: Any) -> None:
+        """Record a durable engine's step of this run under ``key`` as ended with ``output`` (JSON, redacted), for
+        a later attempt to read with :meth:`kept_step` (the first record stands)."""
+        self.guard.begin_step(key)
+        self.guard.end_step(key, output)
+
+    def kept_step(self, key: str) -> Any:
+        """What :meth:`keep_step` recorded under ``key``, or ``None``."""
+        step = self.guard.begin_step(key)
+        return step.output if step.done else None
+
+    def _note_journal(self, key: str) -> None:
+        """The body of ``key`` begins to journal steps of its own (kept for an attempt after this one dies)."""
+        self.guard.begin_step(f"{key}#journaled")
+        self.guard.end_step(f"{key}#journaled", True)
+
+    def _journal_noted(self, key: str) -> bool:
+        """Whether the body of ``key`` began to journal in an attempt that died (asked once; the answer kept)."""
+        step = self.guard.begin_step(f"{key}#journaled")
+        if step.done:
+            return bool(step.output)
+        noted = step.attempts > 1  # the note began and its attempt died before it ended
+        self.guard.end_step(f"{key}#journaled", noted)
+        return noted
+
+    def restore(self, record: Any) -> Executed:
+        """The run's state as a :func:`~.durable.recorded` execution left it (its validated done, the verdict that
+        ended the run), read in another process than the one that executed it (a durable engine's conclusion):
+        what the model read then."""
+        return self._replayed(record)
 
     def _replayed(self, record: Any) -> Executed:
         """A recorded execution, replayed: what the model read, and the run's state as the execution left it."""
@@ -191,6 +244,8 @@ class ToolCalls(RunState):
             flight = self.flights[key] = Flight(ticket, self.label(ticket.call))
             try:
                 answer = yield Execute(ticket.call, attempt, self.remaining())
+                if answer.error is not None and cancels(self.options.durable, answer.error):
+                    raise answer.error  # the engine cancelled the run inside the body: the call stays in flight
                 if isinstance(answer.error, DeadlineExceeded):
                     return self._failed(ticket, answer.error, reason=Reason.DEADLINE)
                 if answer.error is not None:

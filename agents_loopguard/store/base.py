@@ -21,7 +21,7 @@ from typing import Any
 from ..values.budget import Budget
 from ..values.canonical import redact
 from ..values.errors import InputError, NotFoundError, StateError, StoreError
-from ..values.outcome import Reason, Usage
+from ..values.outcome import Outcome, Reason, RecoveryRecord, Usage
 from .queries import Queries
 
 __all__ = [
@@ -196,6 +196,21 @@ class TaskSnapshot:
     requested: Budget | None = field(default=None, compare=False)
     """From :meth:`Store.ensure_task`: the budget the caller passed when it differs from the stored one, which
     stays (limits change only through a recorded ``recover`` extension); None when they are the same."""
+
+    def stored_outcome(self) -> Outcome | None:
+        """The task's terminal :class:`~agents_loopguard.Outcome`, read back from its stored recovery record
+        (:attr:`outcome`, a plain dict as the store keeps it), or ``None`` while the task runs. A record that is
+        not a valid one raises :class:`~agents_loopguard.values.outcome.RecordError`.
+
+        >>> record = {"task_id": "t", "status": "completed", "reason": "validated_done", "validated_revision": 1,
+        ...           "validated_value": "ok", "used": {"models": 2, "tools": 1}, "operation_id": None,
+        ...           "allowed_next_actions": ["return_result"]}
+        >>> snap = TaskSnapshot("t", Budget(5, 5), Usage(2, 1), 1, 0, "completed", None, record)
+        >>> outcome = snap.stored_outcome()
+        >>> outcome.reason, outcome.used.models, outcome.done
+        (<Reason.VALIDATED_DONE: 'validated_done'>, 2, True)
+        """
+        return None if self.outcome is None else RecoveryRecord.from_json(self.outcome).to_outcome()
 
     def budget_changes(self) -> dict[str, tuple[Any, Any]]:
         """The limits the caller asked for that differ from the stored ones: name -> (stored, requested).

@@ -143,6 +143,11 @@ class RestateServer:
         assert status in (200, 202) and isinstance(answer, dict), (status, answer)
         return str(answer["invocationId"])
 
+    def cancel(self, invocation_id: str) -> None:
+        """Cancel the invocation (Restate's admin API: cancelled at the handler's next journaled step)."""
+        status, body = http("PATCH", f"{self.admin}/invocations/{invocation_id}/cancel")
+        assert status in (200, 202), (status, body)
+
     def result(self, invocation_id: str, timeout: float = 120) -> Any:
         """Wait for the invocation's output (Restate's attach)."""
         status, answer = http("GET", f"{self.ingress}/restate/invocation/{invocation_id}/attach", timeout=timeout)

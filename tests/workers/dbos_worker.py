@@ -1,78 +1,93 @@
 """A DBOS worker process for tests/test_durable_dbos.py: an Agents SDK agent in a ``@DBOS.workflow``, guarded by
-``run_guarded_dbos``, talking to the test's scripted OpenAI-compatible server over HTTP. Its one real side effect is a
-line appended to ``writes.log`` per refund body that ran.
+``run_guarded_dbos``, talking to the test's scripted OpenAI-compatible server over HTTP. Its one real side effect is
+a refund per body run (tests/support/durable_cases.py: a line in ``writes.log``; a row of the datasource's table for
+a transaction body).
 
-``python dbos_worker.py CONFIG_JSON``: ``mode`` ``start`` starts the workflow (and may SIGKILL itself at ``kill``),
-``recover`` lets DBOS recover this executor's pending workflows and prints the workflow's result, ``queue`` serves a
-DBOS queue until ``stop`` appears in the folder. Kill points: ``before-model-2`` (before the second model request),
-``in-model-step`` (the first response arrived, inside DBOS's model step, before DBOS recorded it), ``after-model-1``
-(the first model step recorded), ``in-tool`` (inside the refund body, after its write), ``in-verify`` (between the
-write and its verify).
+``python -m tests.workers.dbos_worker CONFIG_JSON``: ``mode`` ``start`` starts the workflow (and may SIGKILL itself
+at ``kill``, one of durable_cases.KILL_POINTS), ``recover`` lets DBOS recover the dead executors' pending workflows
+and prints their results, ``fork`` forks ``workflow_id`` from ``start_step`` and prints the fork's result, ``queue``
+serves a DBOS queue until ``stop`` appears in the folder.
+
+The refund tool's ``body`` is ``plain`` (a guarded function tool), ``step`` (a ``@DBOS.step`` as the tool's
+function, what dbos-openai-agents tells users to write) or ``transaction`` (a datasource transaction as the tool's
+function).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, RunHooks, set_tracing_disabled
-from agents.models.interface import Model
-from dbos import DBOS, DBOSConfig, SetWorkflowID
-from openai import AsyncOpenAI
+import sqlalchemy as sa
+from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, set_tracing_disabled
+from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSConfig, SetWorkflowID
 
 from agents_loopguard import Budget
 from agents_loopguard.durable.dbos import resume_guarded_dbos, run_guarded_dbos
+from agents_loopguard.run.durable import Replay
 from agents_loopguard.sdk import guarded_tool
 from agents_loopguard.store import SQLStore
+from tests.support.durable_cases import KillInStep, Kills, Points, Refunds, model_client, operation_id, result
 
 CONFIG: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {"folder": "."}  # pytest collects it
 FOLDER = Path(CONFIG["folder"])
-WRITES = FOLDER / "writes.log"
+KILLS = Kills(FOLDER)
+KILLS.arm(CONFIG.get("kill", ""), CONFIG.get("workflow_id", ""))
+REFUNDS = Refunds(FOLDER, KILLS)
+DATASOURCE: list[AsyncSQLAlchemyDatasource] = []
 set_tracing_disabled(True)
 
 
-def kill(point: str) -> None:
-    """SIGKILL this process at ``point`` the first time it is reached in this round (never in the recovery)."""
-    marker = FOLDER / f"killed-{CONFIG.get('workflow_id')}"
-    if CONFIG.get("kill") == point and not marker.exists():
-        marker.write_text(point)
-        os.kill(os.getpid(), signal.SIGKILL)
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify)
+def refund(order: int) -> str:
+    """Refund an order."""
+    written = REFUNDS.write(order)
+    KILLS("in-tool")
+    return written
 
 
-def refunded(args: dict[str, Any], output: Any) -> dict[str, Any]:
-    kill("in-verify")
-    done = f"refund-{args['order']}" in (WRITES.read_text().split() if WRITES.exists() else [])
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
+@DBOS.step()
+async def refund_step(order: int) -> str:
+    """Refund an order (the write is a DBOS step)."""
+    return REFUNDS.write(order)
+
+
+def _refunded_rows(args: dict[str, Any], output: Any) -> dict[str, Any]:
+    KILLS("in-verify")
+    engine = sa.create_engine(CONFIG["app_url"].replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        query = f'SELECT count(*) FROM "{CONFIG["app_schema"]}".refunds WHERE refund_order = :o'
+        done = bool(conn.execute(sa.text(query), {"o": args["order"]}).scalar())
+    engine.dispose()
     return {"revision": 1 if done else 0, "done": done, "effect": "committed" if done else "not_committed"}
 
 
-def refund_body(order: int) -> str:
-    with WRITES.open("a") as log:
-        log.write(f"refund-{order}\n")
-    kill("in-tool")
+async def _transaction(order: int) -> str:
+    """Refund an order (the write is a row of a datasource transaction)."""
+    session = DATASOURCE[0].sql_session()
+    insert = f'INSERT INTO "{CONFIG["app_schema"]}".refunds (refund_order) VALUES (:o)'
+    await session.execute(sa.text(insert), {"o": order})
+    KILLS("in-step")  # the row written, the transaction not yet committed
     return f"refunded order {order}"
 
 
-@guarded_tool(kind="write", operation_id=lambda args: f"refund-{args['order']}", verify=refunded)
-def refund(order: int) -> str:
-    """Refund an order."""
-    return refund_body(order)
+@guarded_tool(kind="write", operation_id=operation_id, verify=_refunded_rows, name_override="refund")
+async def refund_transaction(order: int) -> str:
+    """Refund an order (the write is a datasource transaction)."""
+    return str(await DATASOURCE[0].transaction(name="refund_tx")(_transaction)(order))
 
 
 @guarded_tool(
-    kind="write",
-    operation_id=lambda args: f"refund-{args['order']}",
-    verify=refunded,
-    needs_approval=True,
-    name_override="refund",
+    kind="write", operation_id=operation_id, verify=REFUNDS.verify, needs_approval=True, name_override="refund"
 )
 def approved_refund(order: int) -> str:
     """Refund an order (a human approves every refund)."""
-    return refund_body(order)
+    return REFUNDS.write(order)
 
 
 @guarded_tool
@@ -81,82 +96,43 @@ def lookup(order: int, page: int) -> str:
     return f"order {order}, page {page}: nothing new"
 
 
-class KillInStep(Model):
-    """The real model, and a kill after its first response arrived (inside DBOS's step, before DBOS records it)."""
-
-    def __init__(self, inner: Model) -> None:
-        self.inner = inner
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
-        response = await self.inner.get_response(*args, **kwargs)
-        kill("in-model-step")
-        return response
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-
-class Points(RunHooks[Any]):
-    def __init__(self) -> None:
-        self.starts = self.ends = 0
-
-    async def on_llm_start(self, *args: Any) -> None:
-        self.starts += 1
-        if self.starts == 2:
-            kill("before-model-2")
-
-    async def on_llm_end(self, *args: Any) -> None:
-        self.ends += 1
-        if self.ends == 1:
-            kill("after-model-1")
+TOOLS = {"refund": refund, "step": refund_step, "transaction": refund_transaction, "approve": approved_refund}
 
 
 def agent(work: str) -> Agent[Any]:
-    client = AsyncOpenAI(base_url=CONFIG["base_url"], api_key="test", max_retries=0)
-    model = KillInStep(OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=client))
-    tools = {"refund": [refund], "approve": [approved_refund], "lookup": [lookup]}[work]
-    return Agent(name="refunds", model=model, tools=tools, model_settings=ModelSettings(max_tokens=64))
+    inner = OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=model_client(CONFIG["base_url"], KILLS))
+    tools = [lookup] if work == "lookup" else [TOOLS[work]]
+    return Agent(
+        name="refunds", model=KillInStep(inner, KILLS), tools=tools, model_settings=ModelSettings(max_tokens=64)
+    )
 
 
 @DBOS.workflow()
-async def refund_flow(task_id: str, order: int, work: str = "refund") -> dict[str, Any]:
+async def refund_flow(task_id: str | None, order: int, work: str = "refund") -> dict[str, Any]:
     store = SQLStore(CONFIG["store_url"])
     budget = Budget(model_turns=CONFIG.get("model_turns", 6), tool_executions=CONFIG.get("tool_executions", 4))
     try:
         outcome = await run_guarded_dbos(
             agent(work),
-            f"{'refund' if work == 'approve' else work} order {order}",
-            hooks=Points(),
+            f"{'lookup' if work == 'lookup' else 'refund'} order {order}",
+            hooks=Points(KILLS),
             budget=budget,
             store=store,
             task_id=task_id,
         )
     finally:
         store.close()
-    return _result(outcome, order)
-
-
-def _result(outcome: Any, order: int) -> dict[str, Any]:
-    used = outcome.used
-    return {
-        "status": str(outcome.status),
-        "reason": str(outcome.reason),
-        "models": used.models,
-        "tools": used.tools,
-        "pid": os.getpid(),
-        "order": order,
-        "pause_id": outcome.pause_id,
-    }
+    return result(outcome, order=order, task_id=outcome.task_id, replay=isinstance(outcome.result, Replay))
 
 
 @DBOS.workflow()
 async def resume_flow(pause_id: str, order: int) -> dict[str, Any]:
     store = SQLStore(CONFIG["store_url"])
     try:
-        outcome = await resume_guarded_dbos(agent("approve"), pause_id, store=store, who="ana", hooks=Points())
+        outcome = await resume_guarded_dbos(agent("approve"), pause_id, store=store, who="ana", hooks=Points(KILLS))
     finally:
         store.close()
-    return _result(outcome, order)
+    return result(outcome, order=order, task_id=outcome.task_id)
 
 
 def launch() -> None:
@@ -169,9 +145,19 @@ def launch() -> None:
         "dbos_system_schema": CONFIG["system_schema"],
     }
     DBOS(config=config)
+    if CONFIG.get("datasource"):  # the workflows this process runs or recovers include transaction bodies
+        # no pooled connection outlives the event loop that made it (DBOS runs the workflows on its own loop)
+        made = AsyncSQLAlchemyDatasource.create(
+            CONFIG["app_url"], engine_kwargs={"poolclass": sa.NullPool}, schema=CONFIG["app_schema"]
+        )
+        DATASOURCE.append(asyncio.run(made))
     DBOS.launch()
     if CONFIG["mode"] == "queue":  # one workflow at a time per worker: the queue spreads them over the workers
         DBOS.register_queue("refunds", worker_concurrency=1, polling_interval_sec=0.1)
+
+
+def _print(workflow_id: str, answer: dict[str, Any]) -> None:
+    print(json.dumps({"workflow_id": workflow_id, **answer}), flush=True)
 
 
 def main() -> None:
@@ -183,16 +169,20 @@ def main() -> None:
                 handle = DBOS.start_workflow(resume_flow, CONFIG["pause_id"], CONFIG["order"])
             else:
                 work = CONFIG.get("work", "refund")
-                handle = DBOS.start_workflow(refund_flow, CONFIG["task_id"], CONFIG.get("order", 42), work)
-        print(json.dumps({"workflow_id": CONFIG["workflow_id"], **handle.get_result()}), flush=True)
+                handle = DBOS.start_workflow(refund_flow, CONFIG.get("task_id"), CONFIG.get("order", 42), work)
+        _print(CONFIG["workflow_id"], handle.get_result())
     elif mode == "recover":
         # The killed workers' executors are gone: their pending workflows are recovered here, as DBOS's admin
         # endpoint /dbos-workflow-recovery (what Conductor calls for a dead executor) does it.
         DBOS._recover_pending_workflows(CONFIG["executors"])
         for workflow_id in CONFIG["workflow_ids"]:
-            print(
-                json.dumps({"workflow_id": workflow_id, **DBOS.retrieve_workflow(workflow_id).get_result()}), flush=True
-            )
+            try:
+                _print(workflow_id, DBOS.retrieve_workflow(workflow_id).get_result())
+            except Exception as exc:  # the test reports every workflow that failed, not only the first
+                _print(workflow_id, {"error": f"{type(exc).__name__}: {exc}"})
+    elif mode == "fork":
+        fork = DBOS.fork_workflow(CONFIG["workflow_id"], CONFIG["start_step"])
+        _print(fork.get_workflow_id(), fork.get_result())
     else:  # queue: DBOS dequeues workflows to this worker until the test says stop
         (FOLDER / f"ready-{CONFIG['executor']}").write_text("")
         while not (FOLDER / "stop").exists():

@@ -1,15 +1,18 @@
 """A Restate handler process for tests/test_durable_restate.py: an Agents SDK agent in a Restate service handler,
 guarded by ``run_guarded_restate``, served by hypercorn (HTTP/2, as restate-server calls it), talking to the test's
-scripted OpenAI-compatible server over HTTP. Its one real side effect is a line appended to ``writes.log`` per refund
-body that ran.
+scripted OpenAI-compatible server over HTTP. Its one real side effect is a refund per body run
+(tests/support/durable_cases.py: a line in ``writes.log``).
 
-``python restate_worker.py CONFIG_JSON`` serves (once the file ``go`` names exists, if it names one) until it is
-killed. Each invocation names its own kill point and tag; the process kills itself the first time an invocation
-reaches its point (a marker file per tag: never in the retry). Kill points: ``before-model-2`` (before the second
-model request), ``in-model-step`` (the first response arrived, inside the journaled block, before Restate recorded
-it), ``after-model-1`` (the first model call journaled), ``in-tool`` (inside the refund body, after its write),
-``in-verify`` (between the write and its verify), ``after-refusal`` (the guard's refusal journaled, before the task's
-outcome is stored), ``after-outcome`` (the task's outcome stored, before the handler returned it).
+``python -m tests.workers.restate_worker CONFIG_JSON`` serves (once the file ``go`` names exists, if it names one)
+until it is killed. Each invocation names its own kill point and tag; the process kills itself the first time an
+invocation reaches its point (a marker file per tag: never in the retry). The kill points are durable_cases'
+(``in-step``: inside the body's ``ctx.run`` after its write), and ``after-refusal`` (the guard's refusal journaled,
+before the task's outcome is stored) and ``after-outcome`` (the task's outcome stored, before the handler returned
+it).
+
+The refund tool's ``body`` is ``refund`` (a plain guarded function tool) or ``journaled`` (its write inside
+``ctx.run_typed("charge", ...)``, Restate's own way to journal a side effect). Services: ``refunds`` (a Service),
+``desks`` (a Virtual Object keyed by the task: its handler runs the task named by its key).
 """
 
 from __future__ import annotations
@@ -17,61 +20,67 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import restate
-from agents import (
-    Agent,
-    ModelSettings,
-    OpenAIChatCompletionsModel,
-    OpenAIProvider,
-    RunConfig,
-    RunHooks,
-    set_tracing_disabled,
-)
+from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIProvider, RunConfig, set_tracing_disabled
 from agents.models.interface import Model
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
-from openai import AsyncOpenAI
+from restate.ext.openai import restate_context
 
 from agents_loopguard import Budget
 from agents_loopguard.durable import restate as guarded_restate
 from agents_loopguard.durable.restate import run_guarded_restate
+from agents_loopguard.run.durable import Replay
 from agents_loopguard.sdk import guarded_tool
 from agents_loopguard.store import SQLStore
+from tests.support.durable_cases import KillInStep, Kills, Points, Refunds, model_client, operation_id, result
 
 CONFIG: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {"folder": "."}  # pytest collects it
 FOLDER = Path(CONFIG["folder"])
-WRITES = FOLDER / "writes.log"
+KILLS = Kills(FOLDER)
+REFUNDS = Refunds(FOLDER, KILLS)
 set_tracing_disabled(True)
-PLAN: dict[str, str] = {}
-"""The current invocation's kill point and tag (one invocation runs at a time in these tests)."""
 
 
-def kill(point: str) -> None:
-    """SIGKILL this process at ``point`` the first time the invocation's tag reaches it (never in the retry)."""
-    marker = FOLDER / f"killed-{PLAN.get('tag')}"
-    if PLAN.get("kill") == point and not marker.exists():
-        marker.write_text(point)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def refunded(args: dict[str, Any], output: Any) -> dict[str, Any]:
-    kill("in-verify")
-    done = f"refund-{args['order']}" in (WRITES.read_text().split() if WRITES.exists() else [])
-    return {"revision": 1 if done else 0, "done": done, "effect": "committed" if done else "not_committed"}
-
-
-@guarded_tool(kind="write", operation_id=lambda args: f"refund-{args['order']}", verify=refunded)
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify)
 def refund(order: int) -> str:
     """Refund an order."""
-    with WRITES.open("a") as log:
-        log.write(f"refund-{order}\n")
-    kill("in-tool")
-    return f"refunded order {order}"
+    written = REFUNDS.write(order)
+    KILLS("in-tool")
+    return written
+
+
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
+async def journaled_refund(order: int) -> str:
+    """Refund an order (the write journaled by Restate: ``ctx.run``)."""
+    written = await restate_context().run_typed("charge", REFUNDS.write, restate.RunOptions(), order)
+    KILLS("in-tool")
+    return written
+
+
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
+async def slow_refund(order: int) -> str:
+    """Refund an order, then wait for the bank's confirmation (a journaled sleep: a cancellation reaches it)."""
+    written = REFUNDS.write(order)
+    (FOLDER / f"body-started-{order}").write_text("")
+    await restate_context().sleep(timedelta(seconds=20))
+    (FOLDER / f"body-ended-{order}").write_text("")
+    return written
+
+
+@guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
+async def slow_plain_refund(order: int) -> str:
+    """Refund an order, then wait without Restate (a cancellation cannot reach the body)."""
+    written = REFUNDS.write(order)
+    (FOLDER / f"body-started-{order}").write_text("")
+    await asyncio.sleep(3)
+    (FOLDER / f"body-ended-{order}").write_text("")
+    return written
 
 
 @guarded_tool
@@ -80,27 +89,11 @@ def lookup(order: int, page: int) -> str:
     return f"order {order}, page {page}: nothing new"
 
 
-class KillInStep(Model):
-    """The real model, and a kill after its first response arrived (inside Restate's journaled block)."""
-
-    def __init__(self, inner: Model) -> None:
-        self.inner = inner
-        self.model = getattr(inner, "model", None)
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
-        response = await self.inner.get_response(*args, **kwargs)
-        kill("in-model-step")
-        return response
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-
 class KillingProvider(OpenAIProvider):
     """The application's own provider (models named by a string), each model with the in-step kill point."""
 
     def get_model(self, model_name: str | None) -> Model:
-        return KillInStep(super().get_model(model_name))
+        return KillInStep(super().get_model(model_name), KILLS)
 
 
 _journaled_response = guarded_restate.JournaledModel.get_response
@@ -112,73 +105,65 @@ async def _journaled_then_kill(self: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return await _journaled_response(self, *args, **kwargs)
     except restate.TerminalError:
-        kill("after-refusal")
+        KILLS("after-refusal")
         raise
 
 
 guarded_restate.JournaledModel.get_response = _journaled_then_kill  # type: ignore[method-assign]
 
 
-class Points(RunHooks[Any]):
-    def __init__(self) -> None:
-        self.starts = self.ends = 0
-
-    async def on_llm_start(self, *args: Any) -> None:
-        self.starts += 1
-        if self.starts == 2:
-            kill("before-model-2")
-
-    async def on_llm_end(self, *args: Any) -> None:
-        self.ends += 1
-        if self.ends == 1:
-            kill("after-model-1")
-
-
-def client() -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=CONFIG["base_url"], api_key="test", max_retries=0)
-
-
 def agent(work: str, by_name: bool) -> Agent[Any]:
     model: Any = "gpt-4.1-mini"
     if not by_name:  # a Model instance on the agent (Restate's DurableRunner would not journal it)
-        model = KillInStep(OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=client()))
-    tools = [refund] if work == "refund" else [lookup]
+        inner = OpenAIChatCompletionsModel(model="gpt-4.1-mini", openai_client=model_client(CONFIG["base_url"], KILLS))
+        model = KillInStep(inner, KILLS)
+    tools = {
+        "refund": [refund],
+        "journaled": [journaled_refund],
+        "lookup": [lookup],
+        "slow": [slow_refund],
+        "slow-plain": [slow_plain_refund],
+    }[work]
     return Agent(name="refunds", model=model, tools=tools, model_settings=ModelSettings(max_tokens=64))
 
 
-service = restate.Service("refunds")
-
-
-@service.handler()
-async def run(ctx: restate.Context, request: dict[str, Any]) -> dict[str, Any]:
-    PLAN.clear()
-    PLAN.update(kill=request.get("kill", ""), tag=request.get("tag", ""))
+async def _run(ctx: restate.Context, request: dict[str, Any], task_id: str | None) -> dict[str, Any]:
+    KILLS.arm(request.get("kill", ""), request.get("tag", ""))
     store = SQLStore(CONFIG["store_url"])
     budget = Budget(model_turns=request.get("model_turns", 6), tool_executions=request.get("tool_executions", 4))
     by_name = bool(request.get("by_name"))
-    config = RunConfig(model_provider=KillingProvider(openai_client=client(), use_responses=False)) if by_name else None
+    provider = KillingProvider(openai_client=model_client(CONFIG["base_url"], KILLS), use_responses=False)
+    config = RunConfig(model_provider=provider) if by_name else None
     work = request.get("work", "refund")
     try:
         outcome = await run_guarded_restate(
             agent(work, by_name),
-            f"{work} order {request['order']}",
-            hooks=Points(),
+            f"{'lookup' if work == 'lookup' else 'refund'} order {request['order']}",
+            hooks=Points(KILLS),
             run_config=config,
             budget=budget,
             store=store,
-            task_id=request.get("task_id"),
+            task_id=task_id,
         )
     finally:
         store.close()
-    kill("after-outcome")
-    return {
-        "status": str(outcome.status),
-        "reason": str(outcome.reason),
-        "models": outcome.used.models,
-        "tools": outcome.used.tools,
-        "pid": os.getpid(),
-        "invocation": ctx.request().id,
-    }
+    KILLS("after-outcome")
+    replay = isinstance(outcome.result, Replay)
+    return result(outcome, invocation=ctx.request().id, task_id=outcome.task_id, replay=replay)
+
+
+service = restate.Service("refunds")
+desks = restate.VirtualObject("desks")
+
+
+@service.handler()
+async def run(ctx: restate.Context, request: dict[str, Any]) -> dict[str, Any]:
+    return await _run(ctx, request, request.get("task_id"))
+
+
+@desks.handler()
+async def handle(ctx: restate.ObjectContext, request: dict[str, Any]) -> dict[str, Any]:
+    return await _run(ctx, request, ctx.key())
 
 
 async def main() -> None:
@@ -202,7 +187,7 @@ async def main() -> None:
             return
 
     asyncio.get_running_loop().create_task(ready())
-    await serve(restate.app([service]), config)  # type: ignore[arg-type]
+    await serve(restate.app([service, desks]), config)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
