@@ -16,14 +16,15 @@ TypeError: unknown option 'max_turns' (the options are the fields of RunOptions)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from ..store.base import Store
 from ..values.budget import Budget, Policy
 from ..values.pricing import InputEstimator, Price
 from ..values.pricing import estimate_input_tokens as _estimate_input_tokens
+from .declarations import ToolSpec
 from .durable import DurableSteps
 
 if TYPE_CHECKING:
@@ -105,6 +106,17 @@ class RunOptions:
     """Inside a durable engine's workflow: where the engine is (:class:`~agents_loopguard.run.DurableSteps`), so a
     replayed tool execution is answered from the task's record and a re-executed step counts once (R17). The
     durable adapters set it (:mod:`agents_loopguard.durable`)."""
+    # --- tools the run meets at run time (MCP) ---
+    tools: Mapping[str, ToolSpec] = field(default_factory=dict)
+    """The guard's declaration of each tool, by tool name (:func:`~agents_loopguard.run.declare_tool`): how a tool
+    the run only meets at run time (an MCP server's) is declared, exactly like any other tool."""
+    mcp_trusted: Collection[str] = ()
+    """The MCP servers (by name) whose annotations the guard believes: an undeclared tool such a server annotates
+    ``readOnlyHint: true`` runs as a read. Any other undeclared MCP tool is a possible write and never runs
+    (:mod:`agents_loopguard.run.listed`)."""
+    undeclared_tools: Collection[str] = ()
+    """Tools the user lets run without a declaration (the explicit opt-out of the fail-closed rule): guarded as
+    reads nobody verifies, and recorded as undeclared in the task's trace."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -150,3 +162,6 @@ class RunFields(TypedDict, total=False):
     on_pause: OnPause | None
     who: str | None
     durable: DurableSteps | None
+    tools: Mapping[str, ToolSpec]
+    mcp_trusted: Collection[str]
+    undeclared_tools: Collection[str]

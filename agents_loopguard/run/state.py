@@ -128,6 +128,8 @@ class RunState:
     """id(exception) -> (the exception, kept alive so its id stays its own; its verdict): a tool or model failure
     the guard recorded before the framework re-raised it (see :meth:`recorded_failure`)."""
     cancel_requested: bool = False
+    undeclared_seen: set[str] = field(default_factory=set)
+    """Tools run undeclared by the user's opt-out that this run already recorded in the task's trace."""
     _done_turn: int = 0
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
