@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -461,6 +462,22 @@ def serve_cmd(
             f"`loopguard serve` needs the server extra: pip install 'agents-loopguard[server]' ({exc})"
         ) from None
     serve(url=_state.url, host=host, port=port, secure_cookies=secure_cookies, log_level=log_level, echo=typer.echo)
+
+
+@app.command("mcp")
+def mcp_cmd(
+    config: Annotated[Path, typer.Argument(help="The proxy's TOML configuration (upstream, task, budget, tools).")],
+    http: Annotated[str | None, typer.Option(help="Serve streamable HTTP on HOST:PORT instead of stdio.")] = None,
+) -> None:
+    """Serve an MCP server's tools to any MCP client, every tools/call through the guard (see docs/mcp.md).
+
+    Needs the mcp extra of agents-loopguard (the mcp package, 2.x).
+    """
+    try:
+        from .mcp.command import run_command
+    except ImportError as exc:
+        raise InputError(f"`loopguard mcp` needs the mcp extra: pip install 'agents-loopguard[mcp]' ({exc})") from None
+    run_command(config, http=http, url=_state.url, echo=typer.echo)
 
 
 # --- entry point ------------------------------------------------------------------------------------------

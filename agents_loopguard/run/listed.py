@@ -1,6 +1,6 @@
 """Tools a server lists at run time (MCP): what the guard makes of each, the same rule for every framework.
 
-An MCP tool is declared by name like any tool (``RunOptions.tools``, :func:`~agents_loopguard.run.declare_tool`).
+An MCP tool is declared by name like any tool (``RunOptions.declarations``, :func:`~agents_loopguard.run.declare_tool`).
 One that is not declared is judged by its annotations, which are *hints* (MCP spec 2025-11-25): a client must not
 trust them from a server it does not trust, so only a server the user marks trusted (``RunOptions.mcp_trusted``)
 may relax a default:
@@ -33,11 +33,12 @@ from .options import RunOptions
 __all__ = ["Hints", "NotDeclared", "hints_of", "judge_listed", "undeclared_refusal"]
 
 _FIELDS = {
-    "read_only": "readOnlyHint",
-    "destructive": "destructiveHint",
-    "idempotent": "idempotentHint",
-    "open_world": "openWorldHint",
+    "read_only": ("readOnlyHint", "read_only_hint"),
+    "destructive": ("destructiveHint", "destructive_hint"),
+    "idempotent": ("idempotentHint", "idempotent_hint"),
+    "open_world": ("openWorldHint", "open_world_hint"),
 }
+"""Each hint: its name on the wire, and its attribute on mcp 2's ``ToolAnnotations`` (mcp 1 used the wire name)."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class Hints:
 
 
 def hints_of(annotations: Any) -> Hints:
-    """The hints of ``annotations`` (an ``mcp.types.ToolAnnotations``, a mapping, or ``None``); a value that is not
-    a boolean counts as absent (the default), so a hostile server cannot pass ``"yes"`` for true.
+    """The hints of ``annotations`` (an ``mcp`` ``ToolAnnotations`` of either major, a mapping, or ``None``); a value
+    that is not a boolean counts as absent (the default), so a hostile server cannot pass ``"yes"`` for true.
 
     >>> hints_of({"readOnlyHint": True, "destructiveHint": "no"})
     Hints(read_only=True, destructive=True, idempotent=False, open_world=True)
@@ -61,8 +62,11 @@ def hints_of(annotations: Any) -> Hints:
     """
     defaults = Hints()
     found: dict[str, bool] = {}
-    for field, key in _FIELDS.items():
-        value = annotations.get(key) if isinstance(annotations, Mapping) else getattr(annotations, key, None)
+    for field, names in _FIELDS.items():
+        values = (
+            annotations.get(n) if isinstance(annotations, Mapping) else getattr(annotations, n, None) for n in names
+        )
+        value = next((v for v in values if v is not None), None)
         found[field] = value if isinstance(value, bool) else getattr(defaults, field)
     return Hints(**found)
 
@@ -88,19 +92,17 @@ def undeclared_refusal(tool: str, server: str | None) -> str:
     origin = f" (server {server!r})" if server else ""
     return (
         f"MCP tool {tool!r}{origin} is not declared and is not annotated readOnlyHint: true by a trusted server: "
-        f"it may change the world, so it does not run. Declare it: tools={{{tool!r}: declare_tool({tool!r}, "
+        f"it may change the world, so it does not run. Declare it: declarations={{{tool!r}: declare_tool({tool!r}, "
         f"kind='write', operation_id=lambda a: ..., verify=...)}} (or declare_tool({tool!r}) if it only reads), "
         f"or opt out explicitly with undeclared_tools=[{tool!r}]"
     )
 
 
-def judge_listed(
-    tool: str, annotations: Any, *, server: str | None, options: RunOptions
-) -> ToolSpec | NotDeclared:
+def judge_listed(tool: str, annotations: Any, *, server: str | None, options: RunOptions) -> ToolSpec | NotDeclared:
     """What the guard makes of ``tool`` as ``server`` lists it, with these ``annotations`` (see the module).
 
     >>> from agents_loopguard.run import declare_tool
-    >>> options = RunOptions(tools={"pay": declare_tool("pay", kind="write", operation_id=lambda a: a["id"],
+    >>> options = RunOptions(declarations={"pay": declare_tool("pay", kind="write", operation_id=lambda a: a["id"],
     ...                                                 verify=lambda a, out: None)}, undeclared_tools=["ping"])
     >>> judge_listed("pay", {"readOnlyHint": True}, server="s", options=options).kind
     'write'
@@ -109,7 +111,7 @@ def judge_listed(
     >>> isinstance(judge_listed("lookup", {"readOnlyHint": True}, server="s", options=options), NotDeclared)
     True
     """
-    declared = options.tools.get(tool)
+    declared = options.declarations.get(tool)
     if declared is not None:
         return declared
     if tool in options.undeclared_tools:

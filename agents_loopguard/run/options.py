@@ -107,7 +107,7 @@ class RunOptions:
     replayed tool execution is answered from the task's record and a re-executed step counts once (R17). The
     durable adapters set it (:mod:`agents_loopguard.durable`)."""
     # --- tools the run meets at run time (MCP) ---
-    tools: Mapping[str, ToolSpec] = field(default_factory=dict)
+    declarations: Mapping[str, ToolSpec] = field(default_factory=dict)
     """The guard's declaration of each tool, by tool name (:func:`~agents_loopguard.run.declare_tool`): how a tool
     the run only meets at run time (an MCP server's) is declared, exactly like any other tool."""
     mcp_trusted: Collection[str] = ()
@@ -162,6 +162,6 @@ class RunFields(TypedDict, total=False):
     on_pause: OnPause | None
     who: str | None
     durable: DurableSteps | None
-    tools: Mapping[str, ToolSpec]
+    declarations: Mapping[str, ToolSpec]
     mcp_trusted: Collection[str]
     undeclared_tools: Collection[str]
