@@ -101,8 +101,18 @@ class GuardedProxy:
         """The undeclared tools the upstream lists that may change the world: one line each (the proxy refuses
         to start with any)."""
         tools = await self.refresh()
-        judged = ((tool.name, self.judge(tool.name)) for tool in tools)
-        return [verdict.why for _, verdict in judged if isinstance(verdict, NotDeclared)]
+        judged = (self.judge(tool.name) for tool in tools)
+        return [self.refusal(verdict) for verdict in judged if isinstance(verdict, NotDeclared)]
+
+    def refusal(self, refused: NotDeclared) -> str:
+        """The refusal of an undeclared tool, naming the configuration's declaration to add."""
+        name = refused.tool
+        return (
+            f"MCP tool {name!r} (server {self.config.upstream.name!r}) is not declared and is not annotated "
+            f"readOnlyHint: true by a trusted server: it may change the world, so it does not run. Add [tools.{name}] "
+            f'with kind = "write" (or kind = "read" if it only reads) to the proxy\'s configuration, or list it in '
+            f"[upstream] undeclared to let it run undeclared"
+        )
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         tools = await self.refresh()
@@ -155,7 +165,8 @@ class GuardedProxy:
             return _error(f"the task {task!r} cannot run here: {exc}")
         judged = self.judge(name, run)
         if isinstance(judged, NotDeclared):
-            return self._answer(run, run.refuse_undeclared(judged))
+            refused = NotDeclared(judged.tool, self.refusal(judged))
+            return self._answer(run, run.refuse_undeclared(refused))
         if name in self.config.approvals:
             waiting = self._approval(run, judged, name, arguments)
             if isinstance(waiting, types.CallToolResult):

@@ -55,23 +55,28 @@ async def run_proxy(
     if config.task.by == "header" and http is None:
         raise ConfigError('[task] by = "header" needs the HTTP transport (--http HOST:PORT)')
     proxy = GuardedProxy(config, store)
+    refused: list[str] = []
     async with anyio.create_task_group() as group:
         group.start_soon(proxy.link.hold)
         try:
             refused = await proxy.refusals()
-            if refused:
-                raise ProxyRefused("\n".join(refused))
-            server = build_server(proxy)
-            if http is None:
-                if ready is not None:
-                    ready("stdio")
-                async with stdio_server() as (read, write):
-                    await server.run(read, write, server.create_initialization_options())
-            else:
-                await _serve_http(server, http, ready)
+            if not refused:
+                await _serve(build_server(proxy), http, ready)
         finally:
             proxy.link.close()
             group.cancel_scope.cancel()
+    if refused:
+        raise ProxyRefused("\n".join(refused))
+
+
+async def _serve(server: Server[Any], http: tuple[str, int] | None, ready: Callable[[str], None] | None) -> None:
+    if http is not None:
+        await _serve_http(server, http, ready)
+        return
+    if ready is not None:
+        ready("stdio")
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
 
 
 async def _serve_http(server: Server[Any], address: tuple[str, int], ready: Callable[[str], None] | None) -> None:

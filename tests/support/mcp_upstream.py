@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,12 @@ def build(options: argparse.Namespace) -> MCPServer:
     lost = {"left": options.lose}
 
     def received(tool: str, args: dict[str, Any]) -> None:
-        _append(options.log, {"tool": tool, "args": args, "pid": os.getpid()})
+        _append(options.log, {"tool": tool, "args": args, "pid": os.getpid(), "ppid": os.getppid()})
 
     def effect(tool: str, args: dict[str, Any]) -> str:
         _append(options.effects, {"tool": tool, "args": args})
+        if options.slow:
+            time.sleep(options.slow)  # the answer is late: a proxy killed now never settles the write
         if options.die == tool:
             os._exit(17)  # the answer never leaves: the process is gone
         if lost["left"] > 0:
@@ -100,6 +103,7 @@ def main() -> None:
     parser.add_argument("--lose", type=int, default=0)
     parser.add_argument("--die")
     parser.add_argument("--grow", action="store_true")
+    parser.add_argument("--slow", type=float, default=0.0)
     parser.add_argument("--http", type=int)
     options = parser.parse_args()
     server = build(options)
