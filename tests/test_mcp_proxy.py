@@ -38,7 +38,7 @@ def write_config(
     command = [sys.executable, "-m", "tests.support.mcp_upstream", "--log", str(folder / "calls.jsonl")]
     command += ["--effects", str(folder / "effects.jsonl"), *upstream]
     text = (
-        f"[upstream]\ncommand = {json.dumps(command)}\nname = \"payments\"\ntrusted = true\n"
+        f'[upstream]\ncommand = {json.dumps(command)}\nname = "payments"\ntrusted = true\n'
         f"undeclared = {json.dumps(list(undeclared))}\n\n[task]\n{task}\n\n[budget]\ntool_executions = {budget}\n\n"
         f"{tools}"
     )
@@ -147,7 +147,7 @@ def test_an_upstream_that_dies_mid_call_leaves_the_write_unknown_and_never_resen
 
 
 def test_a_killed_proxy_restarted_keeps_the_unknown_write_unknown(tmp_path: Path, sql_url: str) -> None:
-    config = write_config(tmp_path, upstream=("--slow", "30"))
+    config = write_config(tmp_path, upstream=("--slow", "10"))
     pay = ("pay", {"invoice": "INV-3", "amount": 75})
 
     async def killed() -> None:
