@@ -23,14 +23,14 @@ MCP tool 'pay' (server 'payments') is not declared and is not annotated readOnly
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .declarations import ToolSpec
 from .options import RunOptions
 
-__all__ = ["Hints", "NotDeclared", "hints_of", "judge_listed", "undeclared_refusal"]
+__all__ = ["Hints", "NotDeclared", "hints_of", "judge_listed", "listing_refusal", "undeclared_refusal"]
 
 _FIELDS = {
     "read_only": ("readOnlyHint", "read_only_hint"),
@@ -95,6 +95,26 @@ def undeclared_refusal(tool: str, server: str | None) -> str:
         f"it may change the world, so it does not run. Declare it: declarations={{{tool!r}: declare_tool({tool!r}, "
         f"kind='write', operation_id=lambda a: ..., verify=...)}} (or declare_tool({tool!r}) if it only reads), "
         f"or opt out explicitly with undeclared_tools=[{tool!r}]"
+    )
+
+
+def listing_refusal(refused: Sequence[NotDeclared], server: str | None) -> str:
+    """The refusal of a listing with undeclared tools that may change the world: one line naming them all.
+
+    >>> listing_refusal([NotDeclared("pay", ""), NotDeclared("refund", "")], "payments").split(": they")[0]
+    "MCP tools 'pay', 'refund' (server 'payments') are not declared and are not annotated readOnlyHint: true by a \
+trusted server"
+    """
+    if len(refused) == 1:
+        return refused[0].why
+    names = ", ".join(repr(r.tool) for r in refused)
+    first = refused[0].tool
+    origin = f" (server {server!r})" if server else ""
+    return (
+        f"MCP tools {names}{origin} are not declared and are not annotated readOnlyHint: true by a trusted server: "
+        f"they may change the world, so they do not run. Declare each: declarations={{{first!r}: "
+        f"declare_tool({first!r}, kind='write', operation_id=lambda a: ..., verify=...), ...}} (declare_tool(name) "
+        f"for one that only reads), or opt out explicitly with undeclared_tools=[{names}]"
     )
 
 

@@ -26,6 +26,7 @@ from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_
 from ..run import GuardedRun
 from ._internal import ACTIVE_RUN
 from .hooks import GuardHooks
+from .mcp import guard_servers
 from .model import GuardedModel, GuardedModelProvider, guard_inside
 from .tools import guard_undeclared
 
@@ -50,13 +51,14 @@ def _shape(agent: Agent[Any]) -> tuple[int, ...]:
         *(id(value) for value in vars(agent).values()),
         *(id(tool) for tool in agent.tools),
         *(id(handoff) for handoff in agent.handoffs),
+        *(id(server) for server in agent.mcp_servers),
     )
 
 
 def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     """The guarded copy of ``agent`` and of every agent it can hand off to (lazily for ``Handoff`` objects), made
-    once per unchanged agent: models wrapped, plain function tools guarded as reads. The application's agent is
-    untouched.
+    once per unchanged agent: models wrapped, plain function tools guarded as reads, MCP servers guarded at their
+    ``call_tool`` (:mod:`~agents_loopguard.sdk.mcp`). The application's agent is untouched.
 
     >>> from agents import Agent
     >>> agent = Agent(name="a")
@@ -76,6 +78,7 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     _COPIES[key] = (owner, shape, clone)  # before the handoffs: a graph with cycles reaches this copy again
     clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
     clone.handoffs = [_guard_handoff(h) for h in agent.handoffs]
+    clone.mcp_servers = guard_servers(agent.mcp_servers)
     return clone
 
 
