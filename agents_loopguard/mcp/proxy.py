@@ -77,7 +77,7 @@ class GuardedProxy:
             store=store,
             policy=config.policy,
             on_refusal="continue",
-            declarations=config.tools,
+            tools=config.tools,
             mcp_trusted=(config.upstream.name,) if config.upstream.trusted else (),
             undeclared_tools=config.undeclared,
         )

@@ -1,6 +1,6 @@
 """Tools a server lists at run time (MCP): what the guard makes of each, the same rule for every framework.
 
-An MCP tool is declared by name like any tool (``RunOptions.declarations``, :func:`~agents_loopguard.run.declare_tool`).
+An MCP tool is declared by name like any tool (``RunOptions.tools``, :func:`~agents_loopguard.run.declare_tool`).
 One that is not declared is judged by its annotations, which are *hints* (MCP spec 2025-11-25): a client must not
 trust them from a server it does not trust, so only a server the user marks trusted (``RunOptions.mcp_trusted``)
 may relax a default:
@@ -92,7 +92,7 @@ def undeclared_refusal(tool: str, server: str | None) -> str:
     origin = f" (server {server!r})" if server else ""
     return (
         f"MCP tool {tool!r}{origin} is not declared and is not annotated readOnlyHint: true by a trusted server: "
-        f"it may change the world, so it does not run. Declare it: declarations={{{tool!r}: declare_tool({tool!r}, "
+        f"it may change the world, so it does not run. Declare it: tools={{{tool!r}: declare_tool({tool!r}, "
         f"kind='write', operation_id=lambda a: ..., verify=...)}} (or declare_tool({tool!r}) if it only reads), "
         f"or opt out explicitly with undeclared_tools=[{tool!r}]"
     )
@@ -112,7 +112,7 @@ trusted server"
     origin = f" (server {server!r})" if server else ""
     return (
         f"MCP tools {names}{origin} are not declared and are not annotated readOnlyHint: true by a trusted server: "
-        f"they may change the world, so they do not run. Declare each: declarations={{{first!r}: "
+        f"they may change the world, so they do not run. Declare each: tools={{{first!r}: "
         f"declare_tool({first!r}, kind='write', operation_id=lambda a: ..., verify=...), ...}} (declare_tool(name) "
         f"for one that only reads), or opt out explicitly with undeclared_tools=[{names}]"
     )
@@ -122,7 +122,7 @@ def judge_listed(tool: str, annotations: Any, *, server: str | None, options: Ru
     """What the guard makes of ``tool`` as ``server`` lists it, with these ``annotations`` (see the module).
 
     >>> from agents_loopguard.run import declare_tool
-    >>> options = RunOptions(declarations={"pay": declare_tool("pay", kind="write", operation_id=lambda a: a["id"],
+    >>> options = RunOptions(tools={"pay": declare_tool("pay", kind="write", operation_id=lambda a: a["id"],
     ...                                                 verify=lambda a, out: None)}, undeclared_tools=["ping"])
     >>> judge_listed("pay", {"readOnlyHint": True}, server="s", options=options).kind
     'write'
@@ -131,7 +131,7 @@ def judge_listed(tool: str, annotations: Any, *, server: str | None, options: Ru
     >>> isinstance(judge_listed("lookup", {"readOnlyHint": True}, server="s", options=options), NotDeclared)
     True
     """
-    declared = options.declarations.get(tool)
+    declared = options.tools.get(tool)
     if declared is not None:
         return declared
     if tool in options.undeclared_tools:

@@ -30,7 +30,7 @@ from .durable import DurableSteps
 if TYPE_CHECKING:
     from ..engine.core import Guard
 
-__all__ = ["OnPause", "OnRefusal", "OutputVerifier", "Release", "RunFields", "RunOptions"]
+__all__ = ["OnPause", "OnRefusal", "OutputVerifier", "Release", "RunFields", "RunFieldsBase", "RunOptions"]
 
 OnRefusal = Literal["end", "continue", "raise"]
 """What a refused call does to the run: ``end`` it with the outcome (default), tell the model and ``continue``, or
@@ -106,16 +106,21 @@ class RunOptions:
     """Inside a durable engine's workflow: where the engine is (:class:`~agents_loopguard.run.DurableSteps`), so a
     replayed tool execution is answered from the task's record and a re-executed step counts once (R17). The
     durable adapters set it (:mod:`agents_loopguard.durable`)."""
-    # --- tools the run meets at run time (MCP) ---
-    declarations: Mapping[str, ToolSpec] = field(default_factory=dict)
-    """The guard's declaration of each tool, by tool name (:func:`~agents_loopguard.run.declare_tool`): how a tool
-    the run only meets at run time (an MCP server's) is declared, exactly like any other tool."""
+    # --- tools ---
+    tools: Mapping[str, ToolSpec] = field(default_factory=dict)
+    """The guard's declarations by tool name (:func:`~agents_loopguard.run.declare_tool`), for tools you do not
+    wrap or cannot wrap (MCP tools, tools built by a framework, ``FunctionTool`` objects made elsewhere):
+    ``tools={"refund": declare_tool("refund", kind="write", operation_id=..., verify=...)}``. A wrapper
+    (``guarded_tool``, ``GuardedTool``...) that declares nothing takes the declaration by name; a tool declared by
+    both must be given the same declaration, or the run is refused when it starts. A tool nobody declared is
+    guarded as a read without ``verify``, except a tool an MCP server lists (:mod:`agents_loopguard.run.listed`):
+    that one runs undeclared only as ``mcp_trusted`` and ``undeclared_tools`` say."""
     mcp_trusted: Collection[str] = ()
     """The MCP servers (by name) whose annotations the guard believes: an undeclared tool such a server annotates
     ``readOnlyHint: true`` runs as a read. Any other undeclared MCP tool is a possible write and never runs
     (:mod:`agents_loopguard.run.listed`)."""
     undeclared_tools: Collection[str] = ()
-    """Tools the user lets run without a declaration (the explicit opt-out of the fail-closed rule): guarded as
+    """MCP tools the user lets run without a declaration (the explicit opt-out of the fail-closed rule): guarded as
     reads nobody verifies, and recorded as undeclared in the task's trace."""
 
     @classmethod
@@ -145,8 +150,9 @@ class RunOptions:
         )
 
 
-class RunFields(TypedDict, total=False):
-    """The fields of :class:`RunOptions` as keyword arguments of an entry point (``**fields: Unpack[RunFields]``)."""
+class RunFieldsBase(TypedDict, total=False):
+    """The fields of :class:`RunOptions` but ``tools``, as keyword arguments of an entry point whose own ``tools=``
+    takes the tools themselves (the raw loop: declarations by name come with ``options=RunOptions(tools=...)``)."""
 
     budget: Budget | None
     task_id: str | None
@@ -162,6 +168,11 @@ class RunFields(TypedDict, total=False):
     on_pause: OnPause | None
     who: str | None
     durable: DurableSteps | None
-    declarations: Mapping[str, ToolSpec]
     mcp_trusted: Collection[str]
     undeclared_tools: Collection[str]
+
+
+class RunFields(RunFieldsBase, total=False):
+    """The fields of :class:`RunOptions` as keyword arguments of an entry point (``**fields: Unpack[RunFields]``)."""
+
+    tools: Mapping[str, ToolSpec]

@@ -5,7 +5,7 @@ The SDK turns each tool an MCP server lists into a ``FunctionTool`` at every tur
 guardrail the SDK stacks above it. The guarded copy of an agent (:func:`~agents_loopguard.sdk.graph.guard_agent`)
 holds a :class:`GuardedMCPServer` around each of its servers, so that call is reserved right before it leaves:
 
-* a tool declared by name (``RunOptions.declarations``, :func:`~agents_loopguard.run.declare_tool`) is guarded as
+* a tool declared by name (``RunOptions.tools``, :func:`~agents_loopguard.run.declare_tool`) is guarded as
   declared: a write through the ledger (run at most once per operation id; its ``verify(args, result)`` gets the
   ``CallToolResult`` as its JSON dict: ``content``, ``structuredContent``, ``isError``);
 * an undeclared tool is judged by :mod:`agents_loopguard.run.listed` from its latest listing: a trusted server's

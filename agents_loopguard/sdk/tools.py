@@ -34,7 +34,7 @@ from agents.tool import ToolFunction
 from agents.tool_context import ToolContext
 
 from ..engine.core import Kind
-from ..run import Executed, GuardedRun, RetryPolicy, ToolSpec, Verify, declare_tool
+from ..run import UNDECLARED, Executed, GuardedRun, RetryPolicy, ToolSpec, Verify, declare_tool
 from ._internal import ACTIVE_RUN, execute
 
 __all__ = ["guard_tool", "guarded_tool", "tool_spec"]
@@ -141,23 +141,24 @@ def _guarded_invoker(
                 "agents_loopguard.sdk.run_guarded (or run_guarded_sync / run_guarded_streamed)"
             )
         call_id = getattr(ctx, "tool_call_id", None)
-        args = run.parse(spec, name, args_json)
+        declared = run.declaration(name, spec)  # the wrapper's own, or the run's by name (RunOptions.tools)
+        args = run.parse(declared, name, args_json)
         if isinstance(args, Executed):
             return args.message
         if function is None:
-            return await _run_call(run, spec, name, args, call_id, lambda: inner(ctx, args_json))
-        invocation = _Invocation(run, spec, name, args, call_id)
+            return await _run_call(run, declared, name, args, call_id, lambda: inner(ctx, args_json))
+        invocation = _Invocation(run, declared, name, args, call_id)
         token = _INVOCATION.set(invocation)
         try:
             output = await inner(ctx, args_json)
         except Exception:
             if not invocation.entered:  # the SDK's schema validation raised: the model reads the refusal
-                return _schema_rejected(run, spec, name).message
+                return _schema_rejected(run, declared, name).message
             raise
         finally:
             _INVOCATION.reset(token)
         if not invocation.entered:  # the SDK's schema validation refused the arguments; the body did not run
-            return _schema_rejected(run, spec, name).message  # the refusal, not the SDK's generic failure text
+            return _schema_rejected(run, declared, name).message  # the refusal, not the SDK's generic failure text
         return output
 
     def bind(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
@@ -280,9 +281,12 @@ def guarded_tool(
 
 
 def _declared(name: str, declaration: ToolSpec | None, fields: dict[str, Any]) -> ToolSpec:
-    """The tool's checked declaration: ``declaration``'s fields, replaced by the keywords given."""
-    base = declaration if declaration is not None else ToolSpec()
+    """The tool's checked declaration: ``declaration``'s fields, replaced by the keywords given; neither: the tool
+    declares nothing (a declaration by name in ``RunOptions.tools`` applies, else it is an undeclared read)."""
     given = {key: value for key, value in fields.items() if value is not None}
+    if declaration is None and not given:
+        return UNDECLARED
+    base = declaration if declaration is not None else ToolSpec()
     merged = {
         "kind": base.kind,
         "operation_id": base.operation_id,
@@ -381,7 +385,7 @@ def guard_undeclared(tool: FunctionTool) -> FunctionTool:
     """A plain tool found in the agent graph: guarded as a read without evidence (counted, bounded by the rules)."""
     if tool_spec(tool) is not None:
         return tool
-    return _guard(tool, ToolSpec(kind="read", declared=False))
+    return _guard(tool, UNDECLARED)
 
 
 def is_guarded(tool: Any) -> bool:

@@ -119,7 +119,7 @@ def sdk_run(
         async with upstream.stdio(**(server_options or {})) as server:
             agent = Agent(name="clerk", model=scripted(env, upstream, turns), mcp_servers=[server])
             declared = {tool: upstream.declare(tool) for tool in ("pay", "refund")}
-            options = env.options(mcp_trusted=["payments"], undeclared_tools=["lookup"], declarations=declared)
+            options = env.options(mcp_trusted=["payments"], undeclared_tools=["lookup"], tools=declared)
             options.update(fields)
             return await run_guarded(agent, "Refund order 1.", **options)
 
@@ -155,7 +155,7 @@ def sdk_payment(env: Env) -> Observed:
 def sdk_undeclared(env: Env) -> Observed:
     """Nobody declared ``refund`` (annotated ``readOnlyHint: false``): the run is refused before the model is asked."""
     upstream = Upstream(env)
-    return sdk_run(env, upstream, twice("refund", {"order_id": 1}), declarations={"pay": upstream.declare("pay")})
+    return sdk_run(env, upstream, twice("refund", {"order_id": 1}), tools={"pay": upstream.declare("pay")})
 
 
 def sdk_retries(env: Env) -> Observed:
@@ -192,7 +192,7 @@ DOORS = [
         "an SDK MCP tool nobody declared, not annotated read-only by a trusted server",
         refused(sdk_undeclared),
         mark="refused",
-        refusal="declarations={'refund': declare_tool('refund'",
+        refusal="tools={'refund': declare_tool('refund'",
     ),
     door(
         "sdk-server-retries",

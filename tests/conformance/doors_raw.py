@@ -13,7 +13,7 @@ from typing import Any
 
 import openai
 
-from agents_loopguard import Outcome
+from agents_loopguard import Outcome, RunOptions
 from agents_loopguard.function_calling import (
     GuardedTool,
     RetryPolicy,
@@ -22,6 +22,7 @@ from agents_loopguard.function_calling import (
     run_chat_completions,
     run_responses,
 )
+from agents_loopguard.run import declare_tool
 from tests.conformance.kit import Door, Env, Observed
 from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, function_call, http_error, tool_calls
 from tests.support.shop import MODEL
@@ -180,6 +181,18 @@ def hosted_tool(env: Env) -> Observed:
     return loop(env, "responses", "sync", script(), tools=[*shop(env), {"type": "web_search"}])  # type: ignore[list-item]
 
 
+def declared_by_name(env: Env) -> Observed:
+    """``GuardedTool``s that declare nothing, the write declared by name (``options=RunOptions(tools={...})``)."""
+    lookup, refund = shop(env)
+    plain = [GuardedTool(tool.name, tool.fn, parameters=ORDER) for tool in (lookup, refund)]
+    declaration = declare_tool("refund", kind="write", operation_id=refund.operation_id, verify=refund.verify)
+    return loop(env, "chat", "sync", script(), tools=plain, options=RunOptions(tools={"refund": declaration}))
+
+
+def declared_twice(env: Env) -> Observed:
+    return loop(env, "chat", "sync", script(), options=RunOptions(tools={"refund": declare_tool("refund")}))
+
+
 def rerun(env: Env) -> Observed:
     """The same task run again after it ended: the stored outcome comes back, no request leaves."""
     loop(env, "chat", "sync", script())
@@ -214,4 +227,16 @@ DOORS = [
         refusal="tools must be GuardedTool instances",
     ),
     door("rerun", "the same task run again after it ended", rerun, stop_reason=None),
+    door(
+        "declared-by-name",
+        "tools declared by name (`options=RunOptions(tools={...})`)",
+        declared_by_name,
+    ),
+    door(
+        "declared-twice",
+        "a `GuardedTool` that declares itself and, differently, in `RunOptions(tools=...)`",
+        refused(declared_twice),
+        mark="refused",
+        refusal="is declared twice",
+    ),
 ]

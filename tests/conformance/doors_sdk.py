@@ -31,7 +31,7 @@ from agents import (
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget, Outcome
-from agents_loopguard.run import RetryPolicy
+from agents_loopguard.run import RetryPolicy, ToolSpec, declare_tool
 from agents_loopguard.sdk import LoopGuard, guarded_tool, run_guarded, run_guarded_streamed, run_guarded_sync
 from tests.conformance.kit import Door, Env, Observed
 from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, http_error
@@ -54,6 +54,20 @@ def looked_up(args: dict[str, Any], output: Any) -> dict[str, Any]:
     return {"revision": 1, "done": False, "effect": "none"}
 
 
+def refund_declaration(env: Env) -> ToolSpec:
+    """The refund's declaration: a write named by its order, verified at the receiver."""
+    return declare_tool(
+        "refund",
+        kind="write",
+        operation_id=lambda a: f"refund-{a['order']}",
+        verify=lambda a, out: {
+            "revision": 2,
+            "done": False,
+            "effect": "committed" if env.committed(f"refund-{a['order']}") else "not_committed",
+        },
+    )
+
+
 def shop(env: Env, **refund_options: Any) -> tuple[FunctionTool, FunctionTool]:
     """``lookup`` (a read) and ``refund`` (a write) whose bodies count themselves in ``env``."""
 
@@ -63,16 +77,7 @@ def shop(env: Env, **refund_options: Any) -> tuple[FunctionTool, FunctionTool]:
         env.body("lookup")
         return f"order {order}: paid"
 
-    @guarded_tool(
-        kind="write",
-        operation_id=lambda a: f"refund-{a['order']}",
-        verify=lambda a, out: {
-            "revision": 2,
-            "done": False,
-            "effect": "committed" if env.committed(f"refund-{a['order']}") else "not_committed",
-        },
-        **refund_options,
-    )
+    @guarded_tool(refund_declaration(env), **refund_options)
     def refund(order: int) -> str:
         """Refund an order."""
         env.body("refund", f"refund-{order}")
@@ -369,6 +374,48 @@ def tool_input_guardrail(env: Env) -> Observed:
     return guarded(env, clerk(env, [lookup, refund]))
 
 
+def plain_shop(env: Env) -> list[FunctionTool]:
+    """The shop's tools as plain ``@function_tool`` functions (nothing declared on them)."""
+
+    @function_tool
+    def lookup(order: int) -> str:
+        """Look an order up."""
+        env.body("lookup")
+        return f"order {order}: paid"
+
+    @function_tool
+    def refund(order: int) -> str:
+        """Refund an order."""
+        env.body("refund", f"refund-{order}")
+        return f"refunded {order}"
+
+    return [lookup, refund]
+
+
+def declared_by_name(env: Env) -> Observed:
+    """Plain ``@function_tool`` tools, the write declared by name: ``run_guarded(..., tools={...})``."""
+    return guarded(env, clerk(env, plain_shop(env)), tools={"refund": refund_declaration(env)})
+
+
+def refused(build: Callable[[Env], Observed]) -> Callable[[Env], Observed]:
+    """A door refused before anything runs: the error's message is what the row observed."""
+
+    def refusing(env: Env) -> Observed:
+        try:
+            seen = build(env)
+        except (ValueError, TypeError, agents.UserError) as exc:
+            seen = env.observe(None)
+            seen.refused = str(exc)
+        return seen
+
+    return refusing
+
+
+def declared_twice(env: Env) -> Observed:
+    """A tool declared by ``guarded_tool`` and, differently, in ``tools=``."""
+    return guarded(env, clerk(env, shop(env)), tools={"refund": declare_tool("refund")})
+
+
 def door(name: str, doc: str, build: Callable[[Env], Observed], **more: Any) -> Door:
     return Door("sdk", name, doc, build, **more)
 
@@ -415,4 +462,12 @@ DOORS = [
     ),
     door("hand-made-tool", "a `FunctionTool(...)` built by hand (its invoker is the body)", built_by_hand),
     door("tool-input-guardrail", "a tool input guardrail that rejects a call", tool_input_guardrail),
+    door("declared-by-name", "plain tools declared by name (`run_guarded(..., tools={...})`)", declared_by_name),
+    door(
+        "declared-twice",
+        "a tool declared by `guarded_tool` and, differently, in `tools=`",
+        refused(declared_twice),
+        mark="refused",
+        refusal="is declared twice",
+    ),
 ]
