@@ -207,12 +207,16 @@ def test_a_tool_the_server_adds_later_is_judged_like_the_first_ones(tmp_path: Pa
 
 
 def test_hostile_arguments_are_refused_before_the_upstream_sees_them(tmp_path: Path, sql_url: str) -> None:
+    """Arguments nested deeper than the MCP library parses get an answer (the library alone drops the request and
+    the client waits forever), and a write whose arguments do not name its operation is refused; the upstream
+    receives neither."""
     config = write_config(tmp_path)
     deep: Any = "x"
     for _ in range(210):  # deeper than canonical JSON allows (200), within what the client can send
         deep = {"d": deep}
     answers = run(calls(config, sql_url, [("search", {"query": deep}), ("pay", {"amount": 5})]))
     assert all(error for error, _ in answers)
+    assert "could not read this request" in answers[0][1]  # answered: the MCP library alone drops it (a hang)
     assert "operation" in answers[1][1]  # a write whose arguments do not name its operation
     assert [c["tool"] for c in read_lines(tmp_path / "calls.jsonl")] == []
 

@@ -44,6 +44,7 @@ from ..values.canonical import CanonicalError, canonical_json
 from ..values.errors import InputError
 from .config import ProxyConfig
 from .link import UpstreamLink
+from .stdio import UNREADABLE
 from .verify import result_evidence, result_verify
 
 __all__ = ["GuardedProxy"]
@@ -154,6 +155,8 @@ class GuardedProxy:
     async def call_tool(self, ctx: Any, params: Any) -> types.CallToolResult:
         """One ``tools/call``: the upstream's result, or an error result whose text says why it did not run."""
         name, arguments = params.name, dict(params.arguments or {})
+        if name == UNREADABLE:  # a request the MCP library could not read (see .stdio): answered, never sent on
+            return _error(str(arguments.get("why")))
         task = self.task_of(ctx, arguments)
         if isinstance(task, types.CallToolResult):
             return task

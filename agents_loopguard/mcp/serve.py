@@ -15,6 +15,7 @@ from mcp.server.stdio import stdio_server
 from ..store.base import Store
 from .config import ConfigError, ProxyConfig
 from .proxy import GuardedProxy
+from .stdio import ScreenedStream
 
 __all__ = ["ProxyRefused", "build_server", "parse_address", "run_proxy"]
 
@@ -76,7 +77,7 @@ async def _serve(server: Server[Any], http: tuple[str, int] | None, ready: Calla
     if ready is not None:
         ready("stdio")
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await server.run(ScreenedStream(read), write, server.create_initialization_options())
 
 
 async def _serve_http(server: Server[Any], address: tuple[str, int], ready: Callable[[str], None] | None) -> None:
