@@ -60,9 +60,11 @@ from ..run import (
     conclude_now,
     perform_check_async,
 )
+from ..run.listed import NotDeclared
 from ..run.requests import Failed, Send, model_request
 from ..values.outcome import Outcome
 from . import claims, wire
+from .mcp import judge_mcp_tool, listing_refusals
 from .tools import tool_spec
 
 __all__ = ["LoopGuardPlugin"]
@@ -174,6 +176,9 @@ class LoopGuardPlugin(BasePlugin):
                     "guard, so those requests could not be reserved: pass retry_options=None (every request the "
                     "guard sees is counted; a failed one ends the run with its verdict)"
                 )
+            refusals = await listing_refusals(run, root, invocation_context, self.tools)
+            if refusals:  # an MCP server lists tools that may change the world and nobody declared
+                raise ValueError("; ".join(refusals))
         self._invocations[invocation_context.invocation_id] = _Invocation(run, invocation_context.session.id)
         return None
 
@@ -331,7 +336,10 @@ class LoopGuardPlugin(BasePlugin):
         run = state.run
         if type(tool) is BaseTool:  # ADK's stand-in for a name the agent has no tool for
             return self._answer(tool_context, run.refuse_invalid(tool.name, "read", f"unknown tool {tool.name!r}"))
-        spec = self.tools.get(tool.name) or tool_spec(tool)
+        judged = judge_mcp_tool(run, tool, self.tools)  # an MCP tool: declared, or judged by its annotations
+        if isinstance(judged, NotDeclared):
+            return self._answer(tool_context, run.refuse_undeclared(judged))
+        spec = judged or self.tools.get(tool.name) or tool_spec(tool)
         waits = await self._confirmation(state, tool, spec, tool_args, tool_context)
         if waits:
             return None  # ADK's confirmation gate answers it: nothing is reserved

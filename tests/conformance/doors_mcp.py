@@ -21,12 +21,20 @@ import agents
 from agents import Agent
 from agents.mcp import MCPServerStdio
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from google.adk.agents import LlmAgent
+from google.adk.models.google_llm import Gemini
+from google.adk.tools.mcp_tool.mcp_session_manager import StdioConnectionParams
+from google.adk.tools.mcp_tool.mcp_toolset import McpToolset
+from mcp import StdioServerParameters
 
-from agents_loopguard import Outcome
+from agents_loopguard import Outcome, adk
 from agents_loopguard.run import declare_tool
 from agents_loopguard.sdk import run_guarded
 from tests.conformance.kit import Door, Env, Observed
+from tests.support.adk import GEMINI
 from tests.support.mcp_upstream import read_lines
+from tests.support.scripted_gemini import Dynamic, Reply, ScriptedGeminiServer, calls, text
+from tests.support.wire import gemini_http_options
 
 __all__ = ["DOORS"]
 
@@ -40,10 +48,12 @@ KEYS = {"refund": "order_id", "pay": "invoice", "wire_transfer": "account"}
 class Upstream:
     """The payment server a row runs (a real process, started by the framework's MCP client), and its logs."""
 
-    def __init__(self, env: Env, *flags: str) -> None:
+    def __init__(self, env: Env, *flags: str, prefix: str = "") -> None:
         self.calls = env.tmp_path / "calls.jsonl"
         self.effects = env.tmp_path / "effects.jsonl"
         self.flags = flags
+        self.prefix = prefix
+        """Put before a tool's name where the framework renames it (the env counts bodies by the name it sees)."""
 
     def command(self) -> list[str]:
         return ["-m", "tests.support.mcp_upstream", "--log", str(self.calls), "--effects", str(self.effects)]
@@ -62,7 +72,7 @@ class Upstream:
 
     def sync(self, env: Env) -> None:
         """The env's counters set from the upstream's logs: bodies that ran, effects at the receiver."""
-        bodies = Counter(str(entry["tool"]) for entry in read_lines(self.calls))
+        bodies = Counter(self.prefix + str(entry["tool"]) for entry in read_lines(self.calls))
         writes = self.operations()
         with env._lock:
             env.bodies.clear()
@@ -79,9 +89,11 @@ class Upstream:
 
         return verify
 
-    def declare(self, tool: str) -> Any:
+    def declare(self, tool: str, name: str | None = None) -> Any:
+        """``tool`` declared a write (under ``name``, the name the model sees, when a prefix changes it)."""
         key = KEYS[tool]
-        return declare_tool(tool, kind="write", operation_id=lambda a: f"{tool}-{a[key]}", verify=self.verify(tool))
+        op = lambda a: f"{tool}-{a[key]}"  # noqa: E731
+        return declare_tool(name or tool, kind="write", operation_id=op, verify=self.verify(tool))
 
 
 def scripted(env: Env, upstream: Upstream, turns: Sequence[Any]) -> ScriptedModel:
@@ -175,6 +187,81 @@ def sdk_tool_added(env: Env) -> Observed:
     return sdk_run(env, upstream, turns, on_refusal="continue")
 
 
+# --- Google ADK: McpToolset ----------------------------------------------------------------------------------
+
+PREFIX = "payments"
+"""ADK names no MCP server: a toolset is known by its ``tool_name_prefix`` (the name ``mcp_trusted`` takes)."""
+
+
+def adk_turns(tool: str, args: dict[str, Any]) -> list[Reply]:
+    """:func:`twice`, as the Gemini wire carries it (tool names with the toolset's prefix)."""
+    return [
+        calls((f"{PREFIX}_search", {"query": "order 1"})),
+        calls((f"{PREFIX}_{tool}", args)),
+        calls((f"{PREFIX}_{tool}", args)),
+        text(FINAL),
+    ]
+
+
+def adk_run(
+    env: Env, upstream: Upstream, turns: Sequence[Reply], *, declared: Sequence[str] = ("pay", "refund")
+) -> Observed:
+    """``LlmAgent(tools=[McpToolset(...)])`` run by ``agents_loopguard.adk.run_guarded`` under the env's task, its
+    model ADK's ``Gemini`` over HTTP against the scripted server (each answer a checkpoint)."""
+
+    def step(reply: Reply) -> Dynamic:
+        def respond(_body: Any) -> Reply:
+            upstream.sync(env)
+            env.checkpoint()
+            return reply
+
+        return Dynamic(respond)
+
+    tools = {f"{PREFIX}_{tool}": upstream.declare(tool, f"{PREFIX}_{tool}") for tool in declared}
+    params = StdioServerParameters(command=sys.executable, args=[*upstream.command(), *upstream.flags], cwd=str(ROOT))
+    with ScriptedGeminiServer([step(reply) for reply in turns]) as server:
+        env.count_requests(lambda: len(server.requests))
+        toolset = McpToolset(
+            connection_params=StdioConnectionParams(server_params=params, timeout=30), tool_name_prefix=PREFIX
+        )
+        model = Gemini(model=GEMINI, base_url=server.base_url, client_kwargs=gemini_http_options())
+        agent = LlmAgent(name="clerk", model=model, tools=[toolset])
+
+        async def main() -> Outcome:
+            options = env.options(mcp_trusted=[PREFIX], undeclared_tools=[f"{PREFIX}_lookup"])
+            try:
+                return await adk.run_guarded(agent, "Refund order 1.", tools=tools, **options)
+            finally:
+                await toolset.close()
+
+        outcome = asyncio.run(main())
+    upstream.sync(env)
+    return env.observe(outcome)
+
+
+def adk_refund(env: Env) -> Observed:
+    """Issue 27's first reproduction through ADK: the refund loses its answer and is asked again."""
+    return adk_run(env, Upstream(env, "--lose", "1", prefix=f"{PREFIX}_"), adk_turns("refund", {"order_id": 1}))
+
+
+def adk_payment(env: Env) -> Observed:
+    """Issue 27's second reproduction through ADK: the same payment sent twice."""
+    upstream = Upstream(env, "--lose", "1", prefix=f"{PREFIX}_")
+    return adk_run(env, upstream, adk_turns("pay", {"invoice": "1", "amount": 1}))
+
+
+def adk_undeclared(env: Env) -> Observed:
+    """Nobody declared ``refund``: the run is refused when it starts, before the model is asked."""
+    try:
+        return adk_run(env, Upstream(env, prefix=f"{PREFIX}_"), adk_turns("refund", {"order_id": 1}), declared=("pay",))
+    except ValueError as exc:
+        upstream = Upstream(env, prefix=f"{PREFIX}_")
+        upstream.sync(env)
+        seen = env.observe(None)
+        seen.refused = str(exc)
+        return seen
+
+
 def door(name: str, doc: str, build: Callable[[Env], Observed], **more: Any) -> Door:
     return Door("mcp", name, doc, build, **more)
 
@@ -206,5 +293,19 @@ DOORS = [
         "a tool the SDK's MCP server adds during the run (listed again every turn)",
         sdk_tool_added,
         stop_at=2,
+    ),
+    door(
+        "adk-refund",
+        "Google ADK `LlmAgent(tools=[McpToolset(...)])`, a declared write whose answer is lost, asked again",
+        adk_refund,
+        stop_at=2,
+    ),
+    door("adk-payment", "the same payment asked twice through ADK's `McpToolset` (declared)", adk_payment, stop_at=2),
+    door(
+        "adk-undeclared-write",
+        "an ADK MCP tool nobody declared, not annotated read-only by a trusted toolset",
+        adk_undeclared,
+        mark="refused",
+        refusal="tools={'payments_refund': declare_tool('payments_refund'",
     ),
 ]
