@@ -5,18 +5,23 @@ log of received calls, its receiver's ledger of effects), never by our counters 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import streamable_http_client
 
 from agents_loopguard.ops import operator
 from agents_loopguard.store import SQLStore
@@ -233,3 +238,126 @@ def test_an_approval_waits_then_the_approved_call_runs_once(tmp_path: Path, sql_
     later = run(calls(config, sql_url, [pay]))
     assert later[0] == (False, 'pay done: {"amount": 10, "invoice": "INV-5"}')
     assert [e["tool"] for e in read_lines(tmp_path / "effects.jsonl")] == ["pay"]
+
+
+# --- which task a call runs under ---------------------------------------------------------------------------
+
+
+def tasks_named(url: str, prefix: str) -> dict[str, int]:
+    """Task id -> tool executions used, for the tasks whose id starts with ``prefix``."""
+    with SQLStore(url) as store:
+        return {t.task_id: t.used.tools for t in store.tasks() if t.task_id.startswith(prefix)}
+
+
+def test_task_by_argument_each_conversation_its_own_task_and_the_upstream_never_sees_the_argument(
+    tmp_path: Path, sql_url: str
+) -> None:
+    config = write_config(tmp_path, task='by = "argument"\nargument = "conversation"')
+
+    async def session() -> tuple[list[str], list[tuple[bool, str]]]:
+        async with Client(proxy(config, sql_url), cache=None) as client:
+            listed = (await client.list_tools()).tools
+            required = [t.name for t in listed if "conversation" in (t.input_schema.get("required") or [])]
+        return required, await calls(
+            config,
+            sql_url,
+            [
+                ("search", {"query": "a1", "conversation": "A"}),
+                ("search", {"query": "a2", "conversation": "A"}),
+                ("search", {"query": "b1", "conversation": "B"}),
+                ("search", {"query": "none"}),
+            ],
+        )
+
+    required, answers = run(session())
+    assert sorted(required) == ["lookup", "pay", "refund", "search"]  # every tool asks the model for it
+    assert [error for error, _ in answers] == [False, False, False, True]
+    assert "conversation" in answers[3][1]
+    assert tasks_named(sql_url, "mcp:payments:") == {"mcp:payments:A": 2, "mcp:payments:B": 1}
+    received = read_lines(tmp_path / "calls.jsonl")
+    assert [c["args"] for c in received] == [{"query": "a1"}, {"query": "a2"}, {"query": "b1"}]
+
+
+def test_task_by_session_over_stdio_each_client_session_its_own_task(tmp_path: Path, sql_url: str) -> None:
+    config = write_config(tmp_path, task='by = "session"')
+    for client in ("first", "second"):
+        answers = run(calls(config, sql_url, [("search", {"query": f"{client} {i}"}) for i in range(2)]))
+        assert [error for error, _ in answers] == [False, False]
+    used = tasks_named(sql_url, "mcp:payments:")
+    assert sorted(used.values()) == [2, 2], used  # two sessions, two tasks, each call counted in its own
+    assert len(read_lines(tmp_path / "calls.jsonl")) == 4
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def http_proxy(config: Path, url: str) -> Iterator[str]:
+    """The proxy as an HTTP service (``--http``): its endpoint until the block ends, then stopped."""
+    address = f"127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "agents_loopguard", "--db", url, "mcp", str(config), "--http", address]
+    process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert "serving" in line, line + process.stderr.read()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the line comes just before uvicorn listens
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", int(address.rsplit(":", 1)[1]))) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"http://{address}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def http_calls(
+    endpoint: str, headers: dict[str, str], sequence: list[tuple[str, dict[str, Any]]], mode: Any = "auto"
+) -> list[tuple[bool, str]]:
+    """One client session over streamable HTTP, sending ``headers`` with every request (``mode="legacy"``: the
+    handshake-era protocol, whose sessions carry an ``mcp-session-id``)."""
+    answers = []
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=60) as http,
+        Client(streamable_http_client(endpoint, http_client=http), cache=None, mode=mode) as client,
+    ):
+        for name, args in sequence:
+            result = await client.call_tool(name, args)
+            text = "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+            answers.append((bool(result.is_error), text))
+    return answers
+
+
+def test_task_by_header_each_conversation_header_its_own_task(tmp_path: Path, sql_url: str) -> None:
+    config = write_config(tmp_path, task='by = "header"\nheader = "X-Conversation"')
+    with http_proxy(config, sql_url) as endpoint:
+        a = run(http_calls(endpoint, {"X-Conversation": "A"}, [("search", {"query": f"a{i}"}) for i in range(2)]))
+        b = run(http_calls(endpoint, {"X-Conversation": "B"}, [("search", {"query": "b"})]))
+        none = run(http_calls(endpoint, {}, [("search", {"query": "none"})]))
+    assert [error for error, _ in a + b] == [False, False, False]
+    assert none[0][0] and "X-Conversation" in none[0][1]
+    assert tasks_named(sql_url, "mcp:payments:") == {"mcp:payments:A": 2, "mcp:payments:B": 1}
+    assert len(read_lines(tmp_path / "calls.jsonl")) == 3
+
+
+def test_task_by_session_over_http_one_task_per_client_session_and_a_sessionless_client_is_refused(
+    tmp_path: Path, sql_url: str
+) -> None:
+    """A client that keeps an MCP session (``mcp-session-id``) gets one task per session; a sessionless client
+    (each request stands alone) is refused: one task per call would reset its budget with every call."""
+    config = write_config(tmp_path, task='by = "session"')
+    with http_proxy(config, sql_url) as endpoint:
+        for client in ("first", "second"):
+            sequence = [("search", {"query": f"{client} {i}"}) for i in range(2)]
+            answers = run(http_calls(endpoint, {}, sequence, mode="legacy"))
+            assert [error for error, _ in answers] == [False, False]
+        sessionless = run(http_calls(endpoint, {}, [("search", {"query": "alone"})]))
+    used = tasks_named(sql_url, "mcp:payments:")
+    assert sorted(used.values()) == [2, 2], used
+    assert sessionless[0][0] and 'by = "header"' in sessionless[0][1]
+    assert len(read_lines(tmp_path / "calls.jsonl")) == 4

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import weakref
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,7 +72,8 @@ class GuardedProxy:
         self.link = link or UpstreamLink(config.upstream)
         self.annotations: dict[str, Any] = {}
         """The latest annotations of each tool the upstream listed (a tool that changed is judged anew)."""
-        self._sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._connection = uuid.uuid4().hex[:16]
+        """Over stdio a client starts its own proxy process: that connection is the client's session."""
         self.options = RunOptions(
             budget=config.budget,
             store=store,
@@ -139,18 +140,20 @@ class GuardedProxy:
             value = self._session_key(ctx)
         return value if isinstance(value, types.CallToolResult) else prefix + value
 
-    def _session_key(self, ctx: Any) -> str:
-        headers = getattr(getattr(ctx, "request", None), "headers", None) or {}
-        session_id = headers.get("mcp-session-id")
+    def _session_key(self, ctx: Any) -> str | types.CallToolResult:
+        """The client session a call belongs to: the ``mcp-session-id`` of an HTTP session, or this process's one
+        stdio connection. A call over HTTP without a session (a sessionless client: each request stands alone)
+        is refused: one task per call would give a stubborn client a fresh budget with every call."""
+        request = getattr(ctx, "request", None)
+        if request is None:
+            return self._connection
+        session_id = (getattr(request, "headers", None) or {}).get("mcp-session-id")
         if isinstance(session_id, str) and session_id:
             return session_id
-        session = getattr(ctx, "session", None)
-        key = self._sessions.get(session) if session is not None else None
-        if key is None:
-            key = hashlib.sha256(f"{id(session)}:{id(self)}:{len(self._sessions)}".encode()).hexdigest()[:16]
-            if session is not None:
-                self._sessions[session] = key
-        return key
+        return _error(
+            'this proxy runs each call under its client\'s MCP session ([task] by = "session"), and this request '
+            'carries none (mcp-session-id): send a header the proxy names instead ([task] by = "header")'
+        )
 
     async def call_tool(self, ctx: Any, params: Any) -> types.CallToolResult:
         """One ``tools/call``: the upstream's result, or an error result whose text says why it did not run."""
