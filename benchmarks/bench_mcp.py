@@ -25,14 +25,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from paired import Ratio, freeze_heap, machine, pg_schema, summarize, table
 
+ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = [sys.executable, "-m", "tests.support.mcp_upstream"]
 CONFIG = """
 [upstream]
