@@ -135,7 +135,9 @@ def test_three_n8n_activations_share_one_tasks_tool_budget(tmp_path: Path, sql_u
     assert len(received) == 4
     assert len(refused) == 2 and all("tool" in text and "budget" in text for text in refused), refused
     assert len({entry["ppid"] for entry in received}) >= 2  # more than one proxy process served them
-    assert task_of(sql_url, "payments-run")["tools_used"] == 4
+    view = task_of(sql_url, "payments-run")
+    assert view["tools_used"] == 4
+    assert (view["status"], view["reason"]) == ("stopped", "tool_budget")  # concluded, not left running
 
 
 def test_an_upstream_that_dies_mid_call_leaves_the_write_unknown_and_never_resends_it(

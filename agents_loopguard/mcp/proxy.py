@@ -169,6 +169,12 @@ class GuardedProxy:
             run = GuardedRun.start(dataclasses.replace(self.options, task_id=task))
         except InputError as exc:
             return _error(f"the task {task!r} cannot run here: {exc}")
+        ended = run.guard.outcome
+        if ended is not None and ended.pause_id is None:  # a task that ended: nothing runs until it is reopened
+            return _error(
+                f"not executed: the task {task!r} has ended ({ended.status}/{ended.reason}); an operator can reopen "
+                f"it: loopguard recover {task} --who NAME --why WHY --more-tools N"
+            )
         judged = self.judge(name, run)
         if isinstance(judged, NotDeclared):
             refused = NotDeclared(judged.tool, self.refusal(judged))
@@ -195,7 +201,10 @@ class GuardedProxy:
         return perform
 
     def _answer(self, run: GuardedRun, executed: Executed) -> types.CallToolResult:
-        """The result the client reads; a run the guard ended ends its task (one outcome, in the store)."""
+        """The result the client reads; a run the guard ended ends its task (one outcome, in the store), and so
+        does a refusal no later call can escape (the task's tool budget spent)."""
+        if run.verdict is None and run.spent(executed.verdict):
+            run.stop(executed.verdict)  # type: ignore[arg-type]
         if run.verdict is not None:
             conclude_now(run, Ending())
         if executed.message is not None:

@@ -162,6 +162,13 @@ class RunState:
         used, budget = self.guard.used, self.guard.budget
         return self.done is not None or used.tools >= budget.tool_executions or used.models >= budget.model_turns
 
+    def spent(self, verdict: Verdict | None) -> bool:
+        """True when ``verdict`` refused a call because the task's tool budget is spent (not one tool's own
+        limit): no later call of any run can execute, so a client that makes one call per run (the MCP proxy)
+        ends the task with it rather than leave it running."""
+        used, budget = self.guard.used, self.guard.budget
+        return verdict is not None and verdict.reason is Reason.TOOL_BUDGET and used.tools >= budget.tool_executions
+
     def remaining(self) -> float | None:
         """Seconds left before the task's deadline (``None`` without one): what work in flight may still take."""
         deadline = self.guard.budget.deadline
