@@ -239,6 +239,8 @@ def test_an_approval_waits_then_the_approved_call_runs_once(tmp_path: Path, sql_
     subprocess.run(cli, cwd=REPO, check=True, capture_output=True, timeout=60)
     later = run(calls(config, sql_url, [pay]))
     assert later[0] == (False, 'pay done: {"amount": 10, "invoice": "INV-5"}')
+    again = run(calls(config, sql_url, [pay]))  # committed: the ledger answers it, no new approval is asked
+    assert again == later
     assert [e["tool"] for e in read_lines(tmp_path / "effects.jsonl")] == ["pay"]
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import mcp_types as types
 
 from ..ops.approvals import ResumeError, claim_for_resume, decisions_for, load_for_resume
+from ..ops.operator import operation_view
 from ..run import (
     Ending,
     Execute,
@@ -41,7 +42,7 @@ from ..run import (
 from ..run.listed import NotDeclared, judge_listed
 from ..store.base import Store
 from ..values.canonical import CanonicalError, canonical_json
-from ..values.errors import InputError
+from ..values.errors import InputError, NotFoundError
 from .config import ProxyConfig
 from .link import UpstreamLink
 from .stdio import UNREADABLE
@@ -223,6 +224,8 @@ class GuardedProxy:
         """A call of a tool that needs approval: the run to execute it in once an operator approved this very
         call, else what the client reads (the call waits; the task's pause is stored when it is new)."""
         call_id = _call_id(name, arguments)
+        if self._committed(spec, arguments):
+            return run  # the ledger answers it with the stored result: nothing runs, nothing to approve
         outcome = run.guard.outcome
         if outcome is None:
             named = spec.operation_of(arguments)
@@ -238,6 +241,15 @@ class GuardedProxy:
         if outcome.pause_id is None:
             return run  # the task ended otherwise: the guard refuses the call with its outcome
         return self._decided(run, outcome.pause_id, call_id, name)
+
+    def _committed(self, spec: ToolSpec, arguments: dict[str, Any]) -> bool:
+        named = spec.operation_of(arguments)
+        if not isinstance(named, str):
+            return False
+        try:
+            return bool(operation_view(self.store, named)["state"] == "committed")
+        except NotFoundError:
+            return False
 
     def _decided(self, run: GuardedRun, pause_id: str, call_id: str, name: str) -> GuardedRun | types.CallToolResult:
         try:
