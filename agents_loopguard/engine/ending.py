@@ -85,6 +85,21 @@ class Ending:
         entry = TraceEntry("tool", tool, None, "undeclared", self.revision, used.models, used.tools, at=self.now())
         self.store.append_trace(self.task_id, entry)
 
+    def record_outside(self, tool: str, why: str) -> None:
+        """Trace that ``tool`` runs outside the guard in this run, and why (an opt-out of the application, which
+        operators see in the task's timeline as ``kind="unguarded"``)."""
+        entry = TraceEntry(
+            kind="unguarded",
+            tool=tool,
+            args=self.storable({"why": why}),
+            result_class="outside",
+            revision=self.revision,
+            models=self.used.models,
+            tools=self.used.tools,
+            at=self.now(),
+        )
+        self.store.append_trace(self.task_id, entry)
+
     def pause(
         self,
         state: str,

@@ -122,6 +122,12 @@ class RunOptions:
     undeclared_tools: Collection[str] = ()
     """MCP tools the user lets run without a declaration (the explicit opt-out of the fail-closed rule): guarded as
     reads nobody verifies, and recorded as undeclared in the task's trace."""
+    unguarded: Mapping[str, str] = field(default_factory=dict)
+    """Tools the run may offer although the guard cannot reach their bodies, each with why you accept that:
+    ``unguarded={"web_search": "read-only search at the provider"}``. Without it such a tool (a hosted tool that
+    runs at the model provider, a tool type the adapter does not know) is refused when the run starts, with the
+    fix named. Every opt-out is recorded in the task's trace (``kind="unguarded"``, with the why) when the run
+    starts; the requests that may trigger the tool are still counted."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -170,6 +176,7 @@ class RunFieldsBase(TypedDict, total=False):
     durable: DurableSteps | None
     mcp_trusted: Collection[str]
     undeclared_tools: Collection[str]
+    unguarded: Mapping[str, str]
 
 
 class RunFields(RunFieldsBase, total=False):

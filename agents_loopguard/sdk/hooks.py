@@ -22,6 +22,7 @@ from agents.tool import FunctionTool, Tool
 
 from ..run import Answer, Executed, GuardedRun
 from ._internal import Halt
+from .kinds import is_guarded_local
 from .mcp import is_guarded_mcp_tool
 from .tools import is_guarded
 
@@ -79,7 +80,12 @@ class GuardHooks(RunHooks[Any]):
             await self._inner.on_handoff(context, from_agent, to_agent)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
-        if not (is_guarded(tool) or self._composed_function(tool) or is_guarded_mcp_tool(agent, tool)):
+        if not (
+            is_guarded(tool)
+            or is_guarded_local(tool)
+            or self._composed_function(tool)
+            or is_guarded_mcp_tool(agent, tool)
+        ):
             self._reserve_unwrapped(context, tool)
         if self._inner is not None:
             await self._inner.on_tool_start(context, agent, tool)
