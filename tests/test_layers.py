@@ -21,7 +21,7 @@ from agents_loopguard.run.options import RunFields, RunOptions
 
 PACKAGE = Path(agents_loopguard.__file__).parent
 FRAMEWORKS = ("agents", "openai", "langchain", "langgraph", "google", "dbos", "temporalio", "restate")
-ADAPTERS = ("sdk", "function_calling", "langchain", "adk", "durable")
+ADAPTERS = ("sdk", "function_calling", "langchain", "adk", "durable", "mcp")
 ENTRY_POINTS = {
     "sdk/run.py": ("run_guarded", "run_guarded_streamed"),
     "sdk/resume.py": ("resume_guarded",),

@@ -61,12 +61,14 @@ from ..run import (
 )
 from ..run.conclusion import StopKind
 from ..run.declarations import resolve
+from ..run.listed import NotDeclared
 from ..run.requests import Failed, Send, model_request
 from ..store.base import PauseAlreadyResumed
 from ..values.errors import InputError, StateError
 from ..values.outcome import Outcome
 from . import calls, claims, doors, wire
 from .invocation import ACTIVE, Invocation, end_invocation, finish, request_key
+from .mcp import judge_mcp_tool, listing_refusals
 from .tools import GuardedFunctionTool, tool_spec
 
 __all__ = ["LoopGuardPlugin"]
@@ -180,6 +182,9 @@ class LoopGuardPlugin(BasePlugin):
             return _said(_ended(run.guard.outcome))
         if root is not None:
             self._check(run, root)
+            refusals = await listing_refusals(run, root, invocation_context, self.options.tools)
+            if refusals:  # an MCP server lists tools that may change the world and nobody declared
+                raise ValueError("; ".join(refusals))
         state = Invocation(run, session.id)
         self._invocations[invocation_context.invocation_id] = state
         ACTIVE.set(state)
@@ -426,7 +431,10 @@ class LoopGuardPlugin(BasePlugin):
             return calls.answer(
                 state, tool_context, run.refuse_invalid(tool.name, "read", f"unknown tool {tool.name!r}")
             )
-        spec = run.declaration(tool.name, tool_spec(tool))  # its wrapper's, or by name (RunOptions.tools)
+        judged = judge_mcp_tool(run, tool, self.options.tools)  # an MCP tool: declared, or judged by its annotations
+        if isinstance(judged, NotDeclared):
+            return calls.answer(state, tool_context, run.refuse_undeclared(judged))
+        spec = judged or run.declaration(tool.name, tool_spec(tool))  # its wrapper's, or by name (RunOptions.tools)
         if await self._confirmation(state, tool, spec, tool_args, tool_context):
             return None  # ADK's confirmation gate answers it: nothing is reserved
         if isinstance(tool, GuardedFunctionTool):

@@ -71,6 +71,20 @@ class Ending:
         )
         self.store.append_trace(self.task_id, entry)
 
+    def record_undeclared(self, tool: str) -> None:
+        """Trace that ``tool`` runs undeclared by the user's explicit opt-out (``undeclared_tools``): an operator
+        sees which tools ran without a declaration.
+
+        >>> from agents_loopguard import Budget, Guard, MemoryStore
+        >>> store = MemoryStore()
+        >>> Guard(budget=Budget(1, 1), store=store, task_id="t-undeclared").record_undeclared("ping")
+        >>> [(e.tool, e.result_class) for e in store.trace("t-undeclared")]
+        [('ping', 'undeclared')]
+        """
+        used = self.used
+        entry = TraceEntry("tool", tool, None, "undeclared", self.revision, used.models, used.tools, at=self.now())
+        self.store.append_trace(self.task_id, entry)
+
     def record_outside(self, tool: str, why: str) -> None:
         """Trace that ``tool`` runs outside the guard in this run, and why (an opt-out of the application, which
         operators see in the task's timeline as ``kind="unguarded"``).

@@ -16,7 +16,7 @@ TypeError: unknown option 'max_turns' (the options are the fields of RunOptions)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
@@ -118,7 +118,15 @@ class RunOptions:
     ``tools={"refund": declare_tool("refund", kind="write", operation_id=..., verify=...)}``. A wrapper
     (``guarded_tool``, ``GuardedTool``...) that declares nothing takes the declaration by name; a tool declared by
     both must be given the same declaration, or the run is refused when it starts. A tool nobody declared is
-    guarded as a read without ``verify``."""
+    guarded as a read without ``verify``, except a tool an MCP server lists (:mod:`agents_loopguard.run.listed`):
+    that one runs undeclared only as ``mcp_trusted`` and ``undeclared_tools`` say."""
+    mcp_trusted: Collection[str] = ()
+    """The MCP servers (by name) whose annotations the guard believes: an undeclared tool such a server annotates
+    ``readOnlyHint: true`` runs as a read. Any other undeclared MCP tool is a possible write and never runs
+    (:mod:`agents_loopguard.run.listed`)."""
+    undeclared_tools: Collection[str] = ()
+    """MCP tools the user lets run without a declaration (the explicit opt-out of the fail-closed rule): guarded as
+    reads nobody verifies, and recorded as undeclared in the task's trace."""
     unguarded: Mapping[str, str] = field(default_factory=dict)
     """Tools the run may offer although the guard cannot reach their bodies, each with why you accept that:
     ``unguarded={"web_search": "read-only search at the provider"}``. Without it such a tool (a hosted tool that
@@ -172,6 +180,8 @@ class RunFieldsBase(TypedDict, total=False):
     who: str | None
     durable: DurableSteps | None
     family: str | None
+    mcp_trusted: Collection[str]
+    undeclared_tools: Collection[str]
     unguarded: Mapping[str, str]
 
 

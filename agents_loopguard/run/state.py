@@ -141,6 +141,8 @@ class RunState:
     the body again (each run a new proposal: reserved, a write with an unknown result refused): the failure is
     recorded at once and reported (ending the run per ``on_refusal``) only when it stands
     (:meth:`~agents_loopguard.run.tool_calls.ToolCalls.failure_stands`)."""
+    undeclared_seen: set[str] = field(default_factory=set)
+    """Tools run undeclared by the user's opt-out that this run already recorded in the task's trace."""
     outside: set[str] = field(default_factory=set)
     """Tools this run admitted outside the guard (``RunOptions.unguarded``), each recorded once."""
     _done_turn: int = 0
@@ -182,6 +184,13 @@ class RunState:
         return (
             self.done is not None or used.tools >= budget.tool_executions or used.models + ahead >= budget.model_turns
         )
+
+    def spent(self, verdict: Verdict | None) -> bool:
+        """True when ``verdict`` refused a call because the task's tool budget is spent (not one tool's own
+        limit): no later call of any run can execute, so a client that makes one call per run (the MCP proxy)
+        ends the task with it rather than leave it running."""
+        used, budget = self.guard.used, self.guard.budget
+        return verdict is not None and verdict.reason is Reason.TOOL_BUDGET and used.tools >= budget.tool_executions
 
     def remaining(self) -> float | None:
         """Seconds left before the task's deadline (``None`` without one): what work in flight may still take."""

@@ -17,6 +17,7 @@ from ..values.outcome import Reason, Status
 from .declarations import ToolSpec, Unnamed, parse_arguments, resolve
 from .durable import BodyJournal, cancels, journal_of, recorded, replayed
 from .effects import Answer, Check, DeadlineExceeded, Execute, Sleep
+from .listed import NotDeclared, judge_listed
 from .retry import ToolFailure
 from .state import Executed, Flight, RunState, refusal_message
 
@@ -52,6 +53,22 @@ class ToolCalls(RunState):
         if verdict.reason is Reason.INVALID_CALL:
             verdict = dataclasses.replace(verdict, detail=detail)
         return self._refused(verdict)
+
+    def listed_tool(self, tool: str, annotations: Any, *, server: str | None) -> ToolSpec | NotDeclared:
+        """What the guard makes of a tool a server lists (MCP): its declaration, an unverified read (trusted
+        read-only annotation, or the user's opt-out, recorded once per run in the task's trace), or
+        :class:`~agents_loopguard.run.listed.NotDeclared` (see :mod:`~agents_loopguard.run.listed`)."""
+        judged = judge_listed(tool, annotations, server=server, options=self.options)
+        opted_out = isinstance(judged, ToolSpec) and not judged.declared and tool in self.options.undeclared_tools
+        if opted_out and tool not in self.undeclared_seen:
+            self.undeclared_seen.add(tool)
+            self.guard.record_undeclared(tool)
+        return judged
+
+    def refuse_undeclared(self, refused: NotDeclared) -> Executed:
+        """Refuse a call of a tool the guard will not run undeclared: nothing is reserved, the model reads which
+        declaration to add (``invalid_call``)."""
+        return self.refuse_invalid(refused.tool, "write", refused.why)
 
     def _refused(self, verdict: Verdict) -> Executed:
         return Executed(message=self.report(verdict), verdict=verdict)

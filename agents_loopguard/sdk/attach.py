@@ -60,6 +60,7 @@ from .claims import ClaimedState, continue_pause
 from .graph import guard_agent, guard_config, install_nested_guard, is_copy, restore_on
 from .hooks import GuardHooks
 from .kinds import admit_tools
+from .mcp import check_servers
 from .model import is_step_model
 from .pauses import persist_pause, waiting_detail
 from .private import agent_of_tool
@@ -133,6 +134,7 @@ def _graph(agent: Agent[Any]) -> list[Agent[Any]]:
 def _check_enforceable(agent: Agent[Any], config: RunConfig, run: GuardedRun) -> None:
     """Every reachable agent's requests can be metered: refused before anything runs otherwise."""
     for member in _graph(agent):
+        check_servers(member)
         settings = member.model_settings.resolve(config.model_settings)
         model = config.model if config.model is not None else member.model
         name = model if isinstance(model, str) else getattr(getattr(model, "inner", model), "model", None)

@@ -28,6 +28,7 @@ from ..run import GuardedRun
 from ._internal import ACTIVE_RUN
 from .hooks import GuardHooks
 from .kinds import guard_local
+from .mcp import guard_servers, is_guarded_mcp_tool
 from .model import GuardedModel, GuardedModelProvider, guard_inside
 from .private import agent_of_tool, set_agent_of_tool, state_context
 from .tools import guard_undeclared
@@ -53,13 +54,14 @@ def _shape(agent: Agent[Any]) -> tuple[int, ...]:
         *(id(value) for value in vars(agent).values()),
         *(id(tool) for tool in agent.tools),
         *(id(handoff) for handoff in agent.handoffs),
+        *(id(server) for server in agent.mcp_servers),
     )
 
 
 def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     """The guarded copy of ``agent`` and of every agent it can hand off to (lazily for ``Handoff`` objects), made
-    once per unchanged agent: models wrapped, plain function tools guarded as reads. The application's agent is
-    untouched.
+    once per unchanged agent: models wrapped, plain function tools guarded as reads, MCP servers guarded at their
+    ``call_tool`` (:mod:`~agents_loopguard.sdk.mcp`). The application's agent is untouched.
 
     >>> from agents import Agent
     >>> agent = Agent(name="a")
@@ -79,7 +81,8 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     _COPIES[key] = (owner, shape, clone)  # before the handoffs: a graph with cycles reaches this copy again
     clone.tools = [_guard_tool(t) for t in agent.tools]
     clone.handoffs = [_guard_handoff(h) for h in agent.handoffs]
-    clone.get_all_tools = _guarding(clone.get_all_tools)  # type: ignore[method-assign,assignment]
+    clone.mcp_servers = guard_servers(agent.mcp_servers)
+    clone.get_all_tools = _guarding(clone, clone.get_all_tools)  # type: ignore[method-assign,assignment]
     return clone
 
 
@@ -98,12 +101,17 @@ def _guard_tool(tool: Tool) -> Tool:
     return guarded
 
 
-def _guarding(get_all_tools: Callable[[Any], Awaitable[list[Tool]]]) -> Callable[[Any], Awaitable[list[Tool]]]:
-    """``Agent.get_all_tools`` of a guarded copy: the function tools that appear only at run time (an MCP server's,
-    an override's) are guarded at their invoker, as the copy's own are (the last point before their body)."""
+def _guarding(
+    clone: Agent[Any], get_all_tools: Callable[[Any], Awaitable[list[Tool]]]
+) -> Callable[[Any], Awaitable[list[Tool]]]:
+    """``Agent.get_all_tools`` of a guarded copy: the function tools that appear only at run time (an override's,
+    an MCP server's outside the copy's ``mcp_servers``) are guarded at their invoker, as the copy's own are (the
+    last point before their body); the tools of the copy's own MCP servers reserve themselves in the server's
+    ``call_tool`` (:mod:`~agents_loopguard.sdk.mcp`), so they are left as the SDK built them."""
 
     async def get_all_tools_guarded(run_context: Any) -> list[Tool]:
-        return [_guard_tool(t) for t in await get_all_tools(run_context)]
+        tools = await get_all_tools(run_context)
+        return [t if is_guarded_mcp_tool(clone, t) else _guard_tool(t) for t in tools]
 
     return get_all_tools_guarded
 

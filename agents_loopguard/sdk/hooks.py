@@ -2,8 +2,9 @@
 
 Model attempts are counted by :class:`~agents_loopguard.sdk.GuardedModel` (hooks fire once per turn, not per
 attempt) and guarded tools by their own wrapper; the hooks cover what reaches neither: a handoff (checked against
-the stop mark before the next agent starts) and local tools that appear only at run time (MCP tools, shell and
-computer tools), reserved as reads on ``on_tool_start`` and settled on ``on_tool_end``. A refusal there can only
+the stop mark before the next agent starts) and local tools that appear only at run time (shell and computer
+tools, MCP tools of a server outside the guarded copy: those of its ``mcp_servers`` reserve themselves in
+``call_tool``), reserved as reads on ``on_tool_start`` and settled on ``on_tool_end``. A refusal there can only
 end the run (the SDK offers no way to skip one tool from a hook). The application's own hooks run after ours.
 """
 
@@ -22,6 +23,7 @@ from agents.tool import FunctionTool, Tool
 from ..run import Answer, Executed, GuardedRun
 from ._internal import Halt
 from .kinds import is_guarded_local
+from .mcp import is_guarded_mcp_tool
 from .tools import is_guarded
 
 __all__ = ["GuardHooks"]
@@ -78,7 +80,12 @@ class GuardHooks(RunHooks[Any]):
             await self._inner.on_handoff(context, from_agent, to_agent)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
-        if not (is_guarded(tool) or is_guarded_local(tool) or self._composed_function(tool)):
+        if not (
+            is_guarded(tool)
+            or is_guarded_local(tool)
+            or self._composed_function(tool)
+            or is_guarded_mcp_tool(agent, tool)
+        ):
             self._reserve_unwrapped(context, tool)
         if self._inner is not None:
             await self._inner.on_tool_start(context, agent, tool)

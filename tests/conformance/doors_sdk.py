@@ -474,7 +474,8 @@ def mcp_server_tools(env: Env) -> Observed:
     ``MCPUtil.to_function_tool``), the write declared by name."""
     (model,) = models(env, turns())
     agent = Agent(name="clerk", model=model, mcp_servers=[ShopServer(env)])
-    return guarded(env, agent, tools={"refund": refund_declaration(env)})
+    lookup = declare_tool("lookup")  # an MCP tool nobody declared is a possible write (issue 27): refused
+    return guarded(env, agent, tools={"refund": refund_declaration(env), "lookup": lookup})
 
 
 def runtime_tools(env: Env) -> Observed:
