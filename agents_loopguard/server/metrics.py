@@ -25,7 +25,6 @@ token: task families and counts are operational data, and a scraper should not h
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..store.base import Store
+from ..values.budget import task_family
 from .auth import api_metrics
 from .config import Principal
 
@@ -48,18 +48,6 @@ router = APIRouter()
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text exposition format's media type."""
 T = TypeVar("T")
-_TRAILING_ID = re.compile(r"[-_.]?[0-9a-f]*[0-9][0-9a-f]*$")
-
-
-def task_family(task_id: str) -> str:
-    """The family a task's counters are summed in: its id up to the first ``:`` or ``/``, without a trailing number
-    or hex id (so the metric has a label per kind of task, not per task).
-
-    >>> [task_family(t) for t in ("orders-sync:evt-1", "tenant-a/ticket-5", "ticket-981", "task-3f2a9c1b0e4d")]
-    ['orders-sync', 'tenant-a', 'ticket', 'task']
-    """
-    head = re.split(r"[:/]", task_id, maxsplit=1)[0]
-    return _TRAILING_ID.sub("", head) or head
 
 
 class StoreCollector(Collector):

@@ -12,7 +12,6 @@ tool bodies that really ran) and from the outcome.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,10 +87,7 @@ def unguarded(trajectory: Trajectory) -> tuple[int, int]:
 def _call(trajectory: Trajectory, name: str, args: Mapping[str, Any], prefix: str) -> Call:
     tool = trajectory.tool(name)
     op = f"{prefix}confirm-order-{args['order']}" if tool.kind == "write" else None
-    call = Call(name, dict(args), tool.kind, op)  # type: ignore[arg-type]
-    if tool.volatile and "volatile" in {f.name for f in dataclasses.fields(Call)}:
-        call = dataclasses.replace(call, volatile=tool.volatile)  # type: ignore[call-arg]
-    return call
+    return Call(name, dict(args), tool.kind, op, volatile=tool.volatile)  # type: ignore[arg-type]
 
 
 def _engine(guard: Guard, world: World, trajectory: Trajectory, *, prefix: str) -> Outcome:
@@ -207,10 +203,8 @@ def _tools(trajectory: Trajectory, prefix: str) -> list[Any]:
         volatile: tuple[str, ...] = ()
 
         def _extra(self) -> dict[str, Any]:
-            extra: dict[str, Any] = {"retry": RetryPolicy(max_retries=self.retries, initial_delay=0.0, jitter=0.0)}
-            if self.volatile and "volatile" in {f.name for f in dataclasses.fields(Call)}:  # older versions: none
-                extra["volatile_args"] = self.volatile
-            return extra
+            retry = RetryPolicy(max_retries=self.retries, initial_delay=0.0, jitter=0.0)
+            return {"retry": retry, "volatile_args": self.volatile}
 
         def for_sdk(self) -> Any:
             from agents_loopguard.sdk import guarded_tool
