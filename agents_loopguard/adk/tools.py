@@ -50,6 +50,7 @@ def guarded_tool(
     retry: RetryPolicy = NO_RETRY,
     max_executions: int | None = None,
     require_confirmation: bool | Callable[..., bool] = False,
+    volatile_args: tuple[str, ...] = (),
 ) -> GuardedFunctionTool:
     """``FunctionTool(func, require_confirmation=...)`` with its guard declaration (the same rules as every
     adapter's, :func:`~agents_loopguard.run.declare_tool`): a write needs ``operation_id`` and ``verify``.
@@ -64,7 +65,13 @@ def guarded_tool(
     """
     name = getattr(func, "__name__", "tool")
     spec = declare_tool(
-        name, kind=kind, operation_id=operation_id, verify=verify, retry=retry, max_executions=max_executions
+        name,
+        kind=kind,
+        operation_id=operation_id,
+        verify=verify,
+        retry=retry,
+        max_executions=max_executions,
+        volatile_args=volatile_args,
     )
     return GuardedFunctionTool(func, spec, require_confirmation=require_confirmation)
 

@@ -60,6 +60,8 @@ class GuardedTool:
     """Sent as the function's ``strict`` flag when set."""
     max_executions: int | None = None
     """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
+    volatile_args: tuple[str, ...] = ()
+    """Arguments that are no part of the action (a timestamp, a request id): left out of the call's identity."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The guard's declaration of this tool (checked when the tool is made)."""
 
@@ -77,6 +79,7 @@ class GuardedTool:
             verify=self.verify,
             retry=self.retry,
             max_executions=self.max_executions,
+            volatile_args=self.volatile_args,
         )
         object.__setattr__(self, "spec", spec)
 
