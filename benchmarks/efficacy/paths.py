@@ -195,51 +195,17 @@ BODIES: dict[str, Callable[..., Any]] = {
 def _tools(trajectory: Trajectory, prefix: str) -> list[Any]:
     from tests.support.adapters import Tool
 
-    @dataclass(frozen=True)
-    class CorpusTool(Tool):
-        """The harness's neutral tool with what the corpus declares besides: retries and volatile arguments."""
-
-        retries: int = 0
-        volatile: tuple[str, ...] = ()
-
-        def _extra(self) -> dict[str, Any]:
-            retry = RetryPolicy(max_retries=self.retries, initial_delay=0.0, jitter=0.0)
-            return {"retry": retry, "volatile_args": self.volatile}
-
-        def for_sdk(self) -> Any:
-            from agents_loopguard.sdk import guarded_tool
-
-            return guarded_tool(
-                self.fn, kind=self.kind, operation_id=self.operation_id, verify=self.verify, **self._extra()
-            )  # type: ignore[call-overload]
-
-        def for_raw_loop(self) -> Any:
-            from agents import function_tool
-
-            from agents_loopguard.function_calling import GuardedTool
-
-            schema = function_tool(self.fn).params_json_schema
-            return GuardedTool(
-                self.name,
-                self.fn,
-                parameters=schema,
-                kind=self.kind,  # type: ignore[arg-type]
-                operation_id=self.operation_id,
-                verify=self.verify,
-                **self._extra(),
-            )
-
     def verify_of(name: str) -> Callable[[Mapping[str, Any], Any], Any]:
         return lambda args, output: _world().verify(name, dict(args), output)
 
     return [
-        CorpusTool(
+        Tool(
             BODIES[t.name],
             kind=t.kind,
             operation_id=(lambda a: f"{prefix}confirm-order-{a['order']}") if t.kind == "write" else None,
             verify=verify_of(t.name) if t.verified else None,
-            retries=t.retries,
-            volatile=t.volatile,
+            retry=RetryPolicy(max_retries=t.retries, initial_delay=0.0, jitter=0.0),
+            volatile_args=t.volatile,
         )
         for t in trajectory.tools
     ]

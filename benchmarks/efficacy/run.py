@@ -27,11 +27,8 @@ from benchmarks.efficacy.score import figures, judge, table
 
 
 def sample(corpus: list[Trajectory], per_shape: int | None, path: str) -> list[Trajectory]:
-    """The first ``per_shape`` trajectories of each shape (all with ``None``); LangChain and ADK take only those
-    the harness can declare there (no transient failures to classify, no volatile arguments), and LangChain only those
-    within the harness's recursion limit."""
-    if path in ("langchain", "adk"):
-        corpus = [t for t in corpus if not (t.world.failures or t.world.lost or any(x.volatile for x in t.tools))]
+    """The first ``per_shape`` trajectories of each shape (all with ``None``); LangChain only those within the
+    harness's recursion limit (LangGraph's, 200 steps)."""
     if path == "langchain":  # LangGraph's recursion limit (200 steps in the harness) bounds a run's turns
         corpus = [t for t in corpus if len(t.turns) <= 90]
     if per_shape is None:
