@@ -297,7 +297,7 @@ class Guard(Metering, Ending, LoopRules):
         max_repeats = (self.policy.max_polls if poll else self.policy.max_same_call) + retries
         max_wait = self.policy.max_wait if poll else None
         if self.shadow:  # the store is told no limit; this guard counts what it would have refused
-            self._shadow_repeat(call, fp, at=at, max_repeats=max_repeats, max_wait=max_wait)
+            self._shadow_repeat(call, fp, at=at, max_repeats=max_repeats, max_wait=max_wait, record=not repeated)
             max_repeats, max_wait = MAX_LIMIT, None
         limit = (call.tool, call.max_executions) if call.max_executions is not None else None
         if call.kind == "write":

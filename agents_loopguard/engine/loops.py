@@ -21,7 +21,7 @@ evidence, fatal results, approvals, a trigger chain's depth.
 ...     ticket = guard.authorize({"tool": "search", "kind": "read", "args": {"q": "refunds"}})
 ...     guard.settle(ticket, {"status": "ok"}, evidence={"revision": 0, "done": False, "effect": "none"})
 >>> [e.result_class for e in store.trace("t-shadow")]
-['ok', 'ok', 'shadow:same_call', 'shadow:same_call', 'ok', 'shadow:no_progress']
+['ok', 'ok', 'shadow:same_call', 'ok', 'shadow:no_progress']
 """
 
 from __future__ import annotations
@@ -122,11 +122,15 @@ class LoopRules:
         )
         return None
 
-    def _shadow_repeat(self, call: Call, fp: str, *, at: float, max_repeats: int, max_wait: float | None) -> None:
-        """In shadow mode: the store's repetition rule (same_call, a poll's wait_budget), counted by this guard."""
+    def _shadow_repeat(
+        self, call: Call, fp: str, *, at: float, max_repeats: int, max_wait: float | None, record: bool = True
+    ) -> None:
+        """In shadow mode: the store's repetition rule (same_call, a poll's wait_budget), counted by this guard;
+        its would-be verdict recorded unless ``record`` is False (the repeat rule already recorded one for the
+        call: one would-be refusal per call)."""
         poll = call.kind == "poll"
         reason = self.recent.would_refuse(fp, self.revision, at=at, max_repeats=max_repeats, poll=poll, wait=max_wait)
-        if reason is not None:
+        if reason is not None and record:
             detail = f"{call.tool}: ran {max_repeats} times at revision {self.revision}, or waited past max_wait"
             self._loop_verdict(call, Verdict(Status.STOPPED, reason, detail), at=at, fp=fp)
 

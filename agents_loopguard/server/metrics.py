@@ -6,6 +6,8 @@ scrape time, through the store's public reads (nothing is counted in the server'
 - ``loopguard_tasks{status, reason}``: tasks by their current status and the reason of their outcome (``running``
   has no reason); a recovered task moves back to running, so this is a gauge, not a counter.
 - ``loopguard_refusals_total{reason}``: calls the guard refused before they ran, by rule (from the trace).
+- ``loopguard_shadow_verdicts_total{reason}``: would-be verdicts of the loop rules in shadow mode, by rule (from the
+  trace; nothing was refused for them).
 - ``loopguard_pauses_pending`` and ``loopguard_pause_oldest_age_seconds``: approvals waiting, and for how long.
 - ``loopguard_budget_used{family, counter, status}`` and ``loopguard_budget_limit{...}``: model turns and tool
   executions used and allowed, summed per task family (:func:`task_family`), for running and for ended tasks.
@@ -82,16 +84,27 @@ class StoreCollector(Collector):
         tasks = self._read("tasks", self.store.tasks)
         yield self._tasks(tasks)
         refused: Counter[str] = Counter()
+        shadowed: Counter[str] = Counter()
         for task in tasks:
             for entry in self._read("trace", lambda t=task.task_id: self.store.trace(t)):  # type: ignore[misc]
                 if entry.result_class.startswith("refused:"):
                     refused[entry.result_class.removeprefix("refused:")] += 1
+                elif entry.result_class.startswith("shadow:"):
+                    shadowed[entry.result_class.removeprefix("shadow:")] += 1
         refusals = CounterMetricFamily(
             "loopguard_refusals", "Calls the guard refused before they ran, by rule", labels=["reason"]
         )
         for reason, count in sorted(refused.items()):
             refusals.add_metric([reason], count)
         yield refusals
+        shadow = CounterMetricFamily(
+            "loopguard_shadow_verdicts",
+            "Would-be verdicts of the loop rules in shadow mode (nothing was refused), by rule",
+            labels=["reason"],
+        )
+        for reason, count in sorted(shadowed.items()):
+            shadow.add_metric([reason], count)
+        yield shadow
         yield from self._pauses()
         yield from self._budgets(tasks)
 
