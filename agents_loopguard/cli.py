@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from . import views
-from .ops import operator
+from .ops import operator, tuning
 from .store.base import OperationState, Store
 from .values.errors import InputError, LoopguardError, NotFoundError, StoreError, error_kind, exit_code
 
@@ -411,6 +411,46 @@ def recover_cmd(
     with _listed_by("tasks"):
         done = operator.recover_task(_store(), task_id, who=who, why=why, extend=delta)
     _emit(done, lambda: typer.echo(done["message"]))
+
+
+@app.command("label")
+def label_cmd(
+    task_id: str,
+    label: Annotated[str, typer.Argument(help="correct (legitimate work to let run) or loop (a loop to cut).")],
+    who: Annotated[str, typer.Option(help="Who judges the run.")],
+    why: Annotated[str, typer.Option(help="Why.")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Label a task for `loopguard tune`: correct (legitimate work) or loop."""
+    _json_flag(as_json)
+    with _listed_by("tasks"):
+        done = tuning.label_task(_store(), task_id, label, who=who, why=why)
+    _emit(done, lambda: typer.echo(f"task {task_id}: labelled {label} by {done['who']}"))
+
+
+@app.command("tune")
+def tune_cmd(
+    family: Annotated[str | None, typer.Option(help="Only this task family (the id up to ':' or '/').")] = None,
+    since: Annotated[str | None, typer.Option(help="Only tasks finished since (ISO 8601, or 7d, 12h).")] = None,
+    until: Annotated[str | None, typer.Option(help="Only tasks finished until (ISO 8601, or 7d, 12h).")] = None,
+    correct_only: Annotated[
+        bool, typer.Option("--correct-only", metavar="", help="Only tasks labelled correct are legitimate work.")
+    ] = False,
+    allowed_false_stops: Annotated[int, typer.Option(min=0, help="False stops a recommendation may cause.")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Replay finished tasks under candidate thresholds: each rule's false stops and earlier cuts, and a Policy."""
+    _json_flag(as_json)
+    since_at, until_at = (tuning.parse_when(t) if t else None for t in (since, until))
+    report = tuning.tune(
+        _store(reading=True),
+        family=family,
+        since=since_at,
+        until=until_at,
+        correct_only=correct_only,
+        allowed_false_stops=allowed_false_stops,
+    )
+    _emit(report, lambda: typer.echo(tuning.render(report)))
 
 
 @app.command("demo")

@@ -315,7 +315,8 @@ class TransitionRecord:
     kind: str
     """``resume`` (of a pause), ``recover`` (from stopped/partial/needs_reconciliation), ``reconcile`` (an unknown
     operation answered), ``confirm`` (a known operation's state confirmed), ``correct`` (the ledger corrected),
-    ``stop`` (who set the stop mark; ``why`` is its reason)."""
+    ``stop`` (who set the stop mark; ``why`` is its reason), ``label`` (an operator's judgement of the run, in
+    ``decisions["label"]``: ``correct`` or ``loop``; see :meth:`Store.label_task`)."""
     who: str
     why: str = ""
     at: float = 0.0
@@ -678,3 +679,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
         """Recorded transitions, oldest first."""
+
+    @abc.abstractmethod
+    def label_task(self, task_id: str, label: str, *, who: str, why: str = "", now: float = 0.0) -> TransitionRecord:
+        """Record an operator's label on a task as a ``label`` transition (``decisions={"label": label}``: ``correct``,
+        the guard should let such work run; ``loop``, it should cut it), read by ``loopguard tune``; the latest label
+        of a task counts. Counters, outcome and stop mark are untouched. :class:`NotFoundError` for an unknown
+        task."""
