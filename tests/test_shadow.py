@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner
 
 from agents_loopguard import Budget, Guard, MemoryStore, Policy, Reason, Status, Verdict, cli
 from agents_loopguard.server import ServerConfig, Tokens, create_app
@@ -146,7 +145,9 @@ METRICS = "prom-metrics-secret-29a1f0c3e7b5"
 OPERATOR = "operator-secret-29b7d1e4a6c2"
 
 
-def test_r21_would_be_verdicts_show_in_loopguard_show_the_console_and_the_metrics(store: SQLStore) -> None:
+def test_r21_would_be_verdicts_show_in_loopguard_show_the_console_and_the_metrics(
+    store: SQLStore, capsys: pytest.CaptureFixture[str]
+) -> None:
     """R21: the would-be verdicts of a shadowed loop, as an operator reads them: ``loopguard show`` (a summary line
     and the timeline), the console's task page, and ``loopguard_shadow_verdicts_total`` at ``/metrics``."""
     guard = Guard(budget=Budget(20, 20), store=store, task_id="ticket-7", policy=SHADOW)
@@ -155,10 +156,12 @@ def test_r21_would_be_verdicts_show_in_loopguard_show_the_console_and_the_metric
         assert not isinstance(ticket, Verdict)
         guard.settle(ticket, {"status": "ok"}, evidence=NOTHING_NEW)
     guard.end(Verdict(Status.PARTIAL, Reason.UNVERIFIED_FINAL, "the model answered"))
-    shown = CliRunner().invoke(cli.app, ["--db", store.url, "show", "ticket-7"], env={"COLUMNS": "200"})
-    assert shown.exit_code == 0, shown.output
-    assert "would have stopped the task: no_progress 2, same_call 2" in shown.output
-    assert shown.output.count("shadow:same_call") == 2
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--db", store.url.render_as_string(hide_password=False), "show", "ticket-7"])
+    shown = capsys.readouterr().out
+    assert done.value.code == 0, shown
+    assert "would have stopped the task: no_progress 2, same_call 2" in shown
+    assert shown.count("shadow:same_call") == 2
     tokens = Tokens.parse(f"ana:operator:{OPERATOR} prom:metrics:{METRICS}")
     with LiveServer(create_app(store, ServerConfig(tokens=tokens))) as live, httpx.Client(base_url=live.url) as http:
         metrics = http.get("/metrics", headers={"Authorization": f"Bearer {METRICS}"}).text

@@ -42,7 +42,7 @@ from ..values.budget import MAX_LIMIT, Budget, Policy, task_family
 from ..values.calls import Call, Verdict
 from ..values.errors import InputError
 from ..values.evidence import UNVERIFIED
-from ..values.outcome import LOOP_REASONS, Status
+from ..values.outcome import LOOP_REASONS, Reason, Status
 
 __all__ = ["CANDIDATES", "LABELS", "label_task", "parse_when", "render", "tune"]
 
@@ -129,6 +129,9 @@ class Case:
     task_id: str
     label: str
     steps: tuple[Step, ...]
+    cursor_cycle: bool = False
+    """The guard cut it on a pagination cycle: a rule without a threshold, which the trace cannot replay (it keeps
+    no cursors or records), so every candidate cuts it there at the latest."""
 
     @property
     def executions(self) -> int:
@@ -191,7 +194,8 @@ def _cases(
         if label not in LABELS:
             skipped += 1
             continue
-        cases.append(Case(task.task_id, label, _steps(store.trace(task.task_id), task.revision)))
+        cycled = (task.outcome or {}).get("reason") == str(Reason.CURSOR_CYCLE)
+        cases.append(Case(task.task_id, label, _steps(store.trace(task.task_id), task.revision), cycled))
     return cases, skipped
 
 
@@ -232,6 +236,8 @@ def _score(cases: Sequence[Case], policy: Policy) -> dict[str, Any]:
     false_stops, cut, earlier, later = [], 0, 0, 0
     for case in cases:
         stop = replay(case, policy)
+        if case.cursor_cycle and (stop is None or stop[0] > case.executions):
+            stop = (case.executions, str(Reason.CURSOR_CYCLE))
         if case.label == "correct":
             if stop is not None:
                 false_stops.append({"task_id": case.task_id, "after": stop[0], "rule": stop[1]})
