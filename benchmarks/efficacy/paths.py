@@ -24,7 +24,7 @@ from agents_loopguard.values.evidence import UNVERIFIED
 from .corpus import ToolDef, Trajectory
 from .world import FailedAttempt, World
 
-__all__ = ["ADAPTER_PATHS", "BUDGET", "PATHS", "Ran", "run", "unguarded"]
+__all__ = ["ADAPTER_PATHS", "BUDGET", "PATHS", "Ran", "fits", "run", "sample", "unguarded"]
 
 BUDGET = Budget(model_turns=2000, tool_executions=2000)
 """A budget no trajectory reaches: the scores measure the loop rules, not the budget."""
@@ -79,6 +79,34 @@ def unguarded(trajectory: Trajectory) -> tuple[int, int]:
                     continue
                 break
     return len(world.ran), (before if trajectory.loop_start is not None else len(world.ran))
+
+
+def fits(trajectory: Trajectory, path: str) -> bool:
+    """Whether the path's harness can run the trajectory to its end: LangChain's takes runs of at most 90 turns
+    (LangGraph's recursion limit of 200 steps); a poll that never settles is cut by time within 75 polls when its
+    polls are at least 8 s apart."""
+    if path != "langchain":
+        return True
+    return len(trajectory.turns) <= 90 or (
+        trajectory.shape == "poll-never-settles" and trajectory.world.poll_seconds >= 8
+    )
+
+
+def sample(corpus: list[Trajectory], per_shape: int | None, path: str) -> list[Trajectory]:
+    """``per_shape`` trajectories of each shape that fit the path (all of them with ``None``), the quickest first:
+    the shortest scripts, and of the polls that never settle the most spaced (cut by time after the fewest polls)."""
+    shapes: dict[str, list[Trajectory]] = {}
+    for trajectory in corpus:
+        if fits(trajectory, path):
+            shapes.setdefault(trajectory.shape, []).append(trajectory)
+    chosen = []
+    for group in shapes.values():
+        if per_shape is not None:
+            group = sorted(
+                group, key=lambda t: -t.world.poll_seconds if t.shape == "poll-never-settles" else len(t.turns)
+            )
+        chosen.extend(group[:per_shape])
+    return chosen
 
 
 # --- the engine -----------------------------------------------------------------------------------------------------

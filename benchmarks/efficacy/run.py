@@ -5,8 +5,8 @@
     python benchmarks/efficacy/run.py --paths all --sample 3   # 3 trajectories per shape on the adapters
 
 ``--policy``: ``default`` (``Policy()``), ``legacy`` (the defaults before the efficacy work) or ``prototype`` (the
-article's prototype's rules: ``Policy.prototype()``). ``--sample N``: on the adapters' paths, the first N trajectories
-of each shape (the engine always runs the whole corpus). ``--dump FILE``: write the corpus as JSON lines.
+article's prototype's rules: ``Policy.prototype()``). ``--sample N``: on the adapters' paths, N trajectories of each
+shape, the quickest (the engine always runs the whole corpus). ``--dump FILE``: write the corpus as JSON lines.
 """
 
 from __future__ import annotations
@@ -20,26 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.efficacy.corpus import Trajectory, build
-from benchmarks.efficacy.paths import ADAPTER_PATHS, PATHS, run
+from benchmarks.efficacy.corpus import build
+from benchmarks.efficacy.paths import PATHS, run, sample
 from benchmarks.efficacy.policies import POLICIES
 from benchmarks.efficacy.score import figures, judge, table
-
-
-def sample(corpus: list[Trajectory], per_shape: int | None, path: str) -> list[Trajectory]:
-    """The first ``per_shape`` trajectories of each shape (all with ``None``); LangChain only those within the
-    harness's recursion limit (LangGraph's, 200 steps)."""
-    if path == "langchain":  # LangGraph's recursion limit (200 steps in the harness) bounds a run's turns
-        corpus = [t for t in corpus if len(t.turns) <= 90]
-    if per_shape is None:
-        return corpus
-    seen: dict[str, int] = {}
-    chosen = []
-    for t in corpus:
-        if seen.get(t.shape, 0) < per_shape:
-            seen[t.shape] = seen.get(t.shape, 0) + 1
-            chosen.append(t)
-    return chosen
 
 
 def main() -> None:
@@ -68,7 +52,6 @@ def main() -> None:
         print(f"\n{path} ({len(chosen)} trajectories, {seconds:.1f} s): {figures(judged).line()}")
         if args.shapes or path == "engine":
             print(table(judged))
-    assert set(ADAPTER_PATHS) <= set(PATHS)
 
 
 if __name__ == "__main__":
