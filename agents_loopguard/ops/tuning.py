@@ -281,15 +281,18 @@ def tune(
     correct_only: bool = False,
     allowed_false_stops: int = 0,
 ) -> dict[str, Any]:
-    """Replay the finished tasks in scope under each rule's candidates (see the module); JSON-ready."""
+    """Replay the finished tasks in scope under each rule's candidates (see the module); JSON-ready. Without
+    legitimate work in scope, every rule keeps its current value (nothing shows what a stricter one would stop)."""
     base = dataclasses.replace(Policy(), shadow=False)
     cases, skipped = _cases(store, family=family, since=since, until=until, correct_only=correct_only)
     rules: dict[str, Any] = {}
     chosen = base
+    legitimate = any(c.label == "correct" for c in cases)
     for rule, values in CANDIDATES.items():
         current = getattr(base, rule)
         scored = [{"value": value, **_score(cases, _policy(base, rule, value))} for value in values]
-        pick = _choose(current, scored, allowed_false_stops)
+        # without legitimate work in scope nothing shows what a stricter value would stop: keep the current one
+        pick = _choose(current, scored, allowed_false_stops) if legitimate else current
         rules[rule] = {"current": current, "recommended": pick, "candidates": scored}
         chosen = _policy(chosen, rule, pick)
     loops = sum(c.label == "loop" for c in cases)
