@@ -23,8 +23,6 @@ PENDING: dict[str, str] = {
     "R19": "Every door of every framework: the guarantees hold whatever path a framework gives a call",
     "R20": "A contract users cannot get wrong: progress that composes across tools, operation ids from canonical "
     "arguments, lost answers settled by asking the receiver",
-    "R21": "Efficacy: cut every loop early and stop no legitimate work, with the defaults, measured on labelled "
-    "trajectories",
     "R22": "Production over months: operator views in O(page), metrics in O(1), a store that stays bounded, "
     "OpenTelemetry",
 }
