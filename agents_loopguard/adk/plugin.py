@@ -51,7 +51,7 @@ from ..run import (
     Execute,
     Executed,
     GuardedRun,
-    RunFields,
+    RunFieldsBase,
     RunOptions,
     Sleep,
     ToolSpec,
@@ -108,7 +108,7 @@ class LoopGuardPlugin(BasePlugin):
         tools: Mapping[str, ToolSpec] | None = None,
         name: str = "loopguard",
         reset_forced_function: bool = True,
-        **fields: Unpack[RunFields],
+        **fields: Unpack[RunFieldsBase],
     ) -> None:
         super().__init__(name=name)
         self.reset_forced_function = reset_forced_function

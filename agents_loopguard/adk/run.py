@@ -14,7 +14,7 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 from typing_extensions import Unpack
 
-from ..run import RunFields, RunOptions, ToolSpec
+from ..run import RunFieldsBase, RunOptions, ToolSpec
 from ..values.outcome import Outcome
 from .plugin import LoopGuardPlugin
 
@@ -33,7 +33,7 @@ async def run_guarded(
     tools: Mapping[str, ToolSpec] | None = None,
     reset_forced_function: bool = True,
     options: RunOptions | None = None,
-    **fields: Unpack[RunFields],
+    **fields: Unpack[RunFieldsBase],
 ) -> Outcome:
     """Run ``agent`` on ``message`` in the session ``session_id`` (created when the service has none) under the
     task's guard and return the task's outcome. Without ``task_id`` the task is the session's id, so a second

@@ -66,12 +66,14 @@ def _prepare(
         opts, reset_forced_function=opts.reset_forced_function, unwrap_values=False, label=in_flight_label
     )
     run.check_enforceable(model, opts.max_output_tokens)
+    specs = {name: run.declaration(name, tool.spec) for name, tool in by_name.items()}  # a conflict: refused now
     return Loop(
         api,
         run,
         model=model,
         conversation=conversation_of(conversation),
         tools=by_name,
+        specs=specs,
         options=opts,
         request_options=request_options,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from typing import Any
 
-from ..run import Answer, Executed, GuardedRun
+from ..run import Answer, Executed, GuardedRun, ToolSpec
 from ..run.conclusion import NO_OUTPUT, Ending, conclude, conclude_now
 from ..run.requests import Failed, model_request
 from ..values.calls import Call
@@ -39,10 +39,13 @@ class Loop:
         model: str,
         conversation: list[Any],
         tools: dict[str, GuardedTool],
+        specs: dict[str, ToolSpec],
         options: LoopOptions,
         request_options: dict[str, Any],
     ) -> None:
         self.api, self.run, self.model, self.tools, self.options = api, run, model, tools, options
+        self.specs = specs
+        """Each tool's declaration in this run (its own, or the run's by name: ``GuardedRun.declaration``)."""
         self.request_options = request_options
         self.result = LoopResult(conversation=conversation)
         self.doing = ""
@@ -140,13 +143,14 @@ class Loop:
         if tool is None:
             known = ", ".join(self.tools) or "none"
             return run.refuse_invalid(proposed.name, "read", f"unknown tool {proposed.name!r} (known: {known})")
+        spec = self.specs[tool.name]
         if proposed.arguments is None:
-            return run.refuse_invalid(tool.name, tool.kind, f"{tool.name}: the call is not a function call")
-        call = run.propose(tool.spec, tool.name, proposed.arguments, proposed.call_id, check=tool.misfit)
+            return run.refuse_invalid(tool.name, spec.kind, f"{tool.name}: the call is not a function call")
+        call = run.propose(spec, tool.name, proposed.arguments, proposed.call_id, check=tool.misfit)
         if isinstance(call, Executed):
             return call
         self.doing = f"the call of {tool.name}"
-        executed = yield from run.execute(tool.spec, call)
+        executed = yield from run.execute(spec, call)
         self.doing = ""
         return executed
 

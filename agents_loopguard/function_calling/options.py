@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..run.options import RunFields, RunOptions
+from ..run.options import RunFieldsBase, RunOptions
 from ..run.retry import MODEL_RETRY, RetryPolicy
 
 __all__ = ["LoopFields", "LoopOptions", "ToolChoice"]
@@ -49,8 +49,9 @@ class LoopOptions(RunOptions):
     """Retries of a failed model request, each attempt reserved (the loop owns them: the client's are off)."""
 
 
-class LoopFields(RunFields, total=False):
-    """The fields of :class:`LoopOptions` as keyword arguments of an entry point."""
+class LoopFields(RunFieldsBase, total=False):
+    """The fields of :class:`LoopOptions` as keyword arguments of an entry point (its own ``tools=`` takes the
+    tools themselves; declarations by name come with ``options=RunOptions(tools=...)``)."""
 
     tool_choice: ToolChoice
     reset_forced_function: bool

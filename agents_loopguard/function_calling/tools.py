@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from ..engine.core import Kind
-from ..run import ToolSpec, declare_tool
+from ..run import UNDECLARED, ToolSpec, declare_tool
 from ..run.retry import RetryPolicy
 
 __all__ = ["GuardedTool", "LoopResult"]
@@ -63,7 +63,9 @@ class GuardedTool:
     volatile_args: tuple[str, ...] = ()
     """Arguments that are no part of the action (a timestamp, a request id): left out of the call's identity."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
-    """The guard's declaration of this tool (checked when the tool is made)."""
+    """The guard's declaration of this tool (checked when the tool is made); a tool made without ``kind``,
+    ``operation_id``, ``verify``, ``retry``, ``max_executions`` or ``volatile_args`` declares nothing, and a declaration by name
+    (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -72,15 +74,19 @@ class GuardedTool:
             raise TypeError(f"tool {self.name!r}: fn must be callable")
         if not isinstance(self.parameters, Mapping):
             raise TypeError(f"tool {self.name!r}: parameters must be a JSON schema object (a mapping)")
-        spec = declare_tool(
-            self.name,
-            kind=self.kind,
-            operation_id=self.operation_id,
-            verify=self.verify,
-            retry=self.retry,
-            max_executions=self.max_executions,
-            volatile_args=self.volatile_args,
-        )
+        says = (self.kind, self.operation_id, self.verify, self.retry, self.max_executions, self.volatile_args)
+        if says == ("read", None, None, RetryPolicy(), None, ()):  # declares nothing: RunOptions.tools may
+            spec = UNDECLARED
+        else:
+            spec = declare_tool(
+                self.name,
+                kind=self.kind,
+                operation_id=self.operation_id,
+                verify=self.verify,
+                retry=self.retry,
+                max_executions=self.max_executions,
+                volatile_args=self.volatile_args,
+            )
         object.__setattr__(self, "spec", spec)
 
     @cached_property

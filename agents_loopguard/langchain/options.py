@@ -55,7 +55,6 @@ class LangChainOptions(RunOptions):
 class LangChainFields(RunFields, total=False):
     """The fields of :class:`LangChainOptions` as keyword arguments of the middleware."""
 
-    tools: Mapping[str, ToolSpec]
     tool_choice: Any
     reset_forced_function: bool
     model_retry: RetryPolicy | None

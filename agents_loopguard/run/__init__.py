@@ -5,7 +5,7 @@ tool executions as effects (:mod:`.effects`), tool declarations (:mod:`.declarat
 ends (:mod:`.conclusion`). Nothing here imports a framework."""
 
 from .conclusion import NO_OUTPUT, Ending, StopKind, conclude, conclude_now
-from .declarations import ToolSpec, Verify, declare_tool
+from .declarations import UNDECLARED, ToolSpec, Verify, declare_tool
 from .durable import DurableSteps
 from .effects import (
     Answer,
@@ -20,7 +20,7 @@ from .effects import (
     within_deadline,
 )
 from .guarded import Executed, GuardedRun, GuardStopped, ModelAttempt
-from .options import OnPause, OnRefusal, OutputVerifier, Release, RunFields, RunOptions
+from .options import OnPause, OnRefusal, OutputVerifier, Release, RunFields, RunFieldsBase, RunOptions
 from .requests import Failed, Send, model_request
 from .retry import MODEL_RETRY, NO_RETRY, RetryPolicy
 
@@ -28,6 +28,7 @@ __all__ = [
     "MODEL_RETRY",
     "NO_OUTPUT",
     "NO_RETRY",
+    "UNDECLARED",
     "Answer",
     "Check",
     "DeadlineExceeded",
@@ -45,6 +46,7 @@ __all__ = [
     "Release",
     "RetryPolicy",
     "RunFields",
+    "RunFieldsBase",
     "RunOptions",
     "Send",
     "Sleep",

@@ -15,7 +15,16 @@ from typing import Any
 from ..values.calls import KINDS, Kind
 from .retry import NO_RETRY, RetryPolicy
 
-__all__ = ["ToolSpec", "Unnamed", "Verify", "declare_tool", "parse_arguments"]
+__all__ = [
+    "UNDECLARED",
+    "ToolSpec",
+    "Unnamed",
+    "Verify",
+    "check_declarations",
+    "declare_tool",
+    "parse_arguments",
+    "resolve",
+]
 
 Verify = Callable[[dict[str, Any], Any], Any]
 """``verify(args, output) -> evidence``, sync or async: the application's trusted check of a tool result."""
@@ -120,6 +129,59 @@ def declare_tool(
         retry=retry,
         max_executions=max_executions,
         volatile_args=tuple(volatile_args),
+    )
+
+
+UNDECLARED = ToolSpec(declared=False)
+"""What a tool nobody declared is guarded as: a read without ``verify`` (its calls count, identical calls are cut,
+nothing it returns is progress)."""
+
+
+def check_declarations(tools: Any) -> Mapping[str, ToolSpec]:
+    """``RunOptions.tools`` checked: a mapping of tool names to :func:`declare_tool` declarations.
+
+    >>> check_declarations({"lookup": {"kind": "read"}})
+    Traceback (most recent call last):
+    ...
+    TypeError: tools={'lookup': ...} must be a declaration: declare_tool('lookup', kind=..., ...), got dict
+    """
+    if not isinstance(tools, Mapping):
+        raise TypeError(f"tools= maps tool names to declare_tool(name, ...), got {type(tools).__name__}")
+    for name, spec in tools.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"tools= keys are tool names (non-empty strings), got {name!r}")
+        if not isinstance(spec, ToolSpec):
+            raise TypeError(
+                f"tools={{{name!r}: ...}} must be a declaration: declare_tool({name!r}, kind=..., ...), "
+                f"got {type(spec).__name__}"
+            )
+    return tools
+
+
+def resolve(name: str, own: ToolSpec | None, named: Mapping[str, ToolSpec]) -> ToolSpec:
+    """The one rule for a tool declared by its wrapper (``own``: ``guarded_tool``, ``GuardedTool``...) and by name
+    (``named``: ``RunOptions.tools``): a wrapper that declares nothing takes the declaration by name; a declaration
+    by name alone stands; both must be the same declaration, or the run is refused (a ``ValueError`` naming the
+    fix); neither: the tool is an undeclared read.
+
+    >>> refund = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['order']}",
+    ...                       verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"})
+    >>> resolve("refund", None, {"refund": refund}) is refund, resolve("lookup", None, {}) is UNDECLARED
+    (True, True)
+    >>> resolve("refund", declare_tool("refund"), {"refund": refund})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: tool 'refund' is declared twice, ...
+    """
+    by_name = named.get(name)
+    if own is None or not own.declared:
+        return by_name if by_name is not None else (own or UNDECLARED)
+    if by_name is None or by_name == own:
+        return own
+    raise ValueError(
+        f"tool {name!r} is declared twice, by its wrapper (kind={own.kind!r}) and in tools= (kind={by_name.kind!r}), "
+        f"and the two differ: keep one (a wrapper without declaration keywords defers to tools=), or pass the same "
+        f"declare_tool({name!r}, ...) object to both"
     )
 
 

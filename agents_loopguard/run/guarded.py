@@ -46,7 +46,7 @@ from ..store.defaults import default_store
 from ..values.calls import Call, Verdict
 from ..values.outcome import Outcome, Reason, Status
 from .choices import forced_name, forces_tool
-from .declarations import ToolSpec, Verify, declare_tool
+from .declarations import ToolSpec, Verify, check_declarations, declare_tool
 from .effects import (
     Answer,
     Check,
@@ -167,6 +167,7 @@ class GuardedRun(ToolCalls):
         ...
         ValueError: a guarded run needs guard= or budget=Budget(...): there is no unlimited default
         """
+        check_declarations(options.tools)
         guard = _guard_of(options)
         guard.check_prices()
         if guard.observer is None and observer is not None:

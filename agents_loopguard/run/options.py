@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from ..store.base import Store
 from ..values.budget import Budget, Policy
 from ..values.pricing import InputEstimator, Price
 from ..values.pricing import estimate_input_tokens as _estimate_input_tokens
+from .declarations import ToolSpec
 from .durable import DurableSteps
 
 if TYPE_CHECKING:
     from ..engine.core import Guard
 
-__all__ = ["OnPause", "OnRefusal", "OutputVerifier", "Release", "RunFields", "RunOptions"]
+__all__ = ["OnPause", "OnRefusal", "OutputVerifier", "Release", "RunFields", "RunFieldsBase", "RunOptions"]
 
 OnRefusal = Literal["end", "continue", "raise"]
 """What a refused call does to the run: ``end`` it with the outcome (default), tell the model and ``continue``, or
@@ -105,6 +106,14 @@ class RunOptions:
     """Inside a durable engine's workflow: where the engine is (:class:`~agents_loopguard.run.DurableSteps`), so a
     replayed tool execution is answered from the task's record and a re-executed step counts once (R17). The
     durable adapters set it (:mod:`agents_loopguard.durable`)."""
+    # --- tools ---
+    tools: Mapping[str, ToolSpec] = field(default_factory=dict)
+    """The guard's declarations by tool name (:func:`~agents_loopguard.run.declare_tool`), for tools you do not
+    wrap or cannot wrap (MCP tools, tools built by a framework, ``FunctionTool`` objects made elsewhere):
+    ``tools={"refund": declare_tool("refund", kind="write", operation_id=..., verify=...)}``. A wrapper
+    (``guarded_tool``, ``GuardedTool``...) that declares nothing takes the declaration by name; a tool declared by
+    both must be given the same declaration, or the run is refused when it starts. A tool nobody declared is
+    guarded as a read without ``verify``."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -133,8 +142,9 @@ class RunOptions:
         )
 
 
-class RunFields(TypedDict, total=False):
-    """The fields of :class:`RunOptions` as keyword arguments of an entry point (``**fields: Unpack[RunFields]``)."""
+class RunFieldsBase(TypedDict, total=False):
+    """The fields of :class:`RunOptions` but ``tools``, as keyword arguments of an entry point whose own ``tools=``
+    takes the tools themselves (the raw loop: declarations by name come with ``options=RunOptions(tools=...)``)."""
 
     budget: Budget | None
     task_id: str | None
@@ -150,3 +160,9 @@ class RunFields(TypedDict, total=False):
     on_pause: OnPause | None
     who: str | None
     durable: DurableSteps | None
+
+
+class RunFields(RunFieldsBase, total=False):
+    """The fields of :class:`RunOptions` as keyword arguments of an entry point (``**fields: Unpack[RunFields]``)."""
+
+    tools: Mapping[str, ToolSpec]

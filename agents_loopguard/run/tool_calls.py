@@ -14,7 +14,7 @@ from typing import Any
 from ..values.calls import KINDS, Call, Ticket, Verdict
 from ..values.evidence import UNVERIFIED, Effect, Evidence, VerifyFailed
 from ..values.outcome import Reason, Status
-from .declarations import ToolSpec, Unnamed, parse_arguments
+from .declarations import ToolSpec, Unnamed, parse_arguments, resolve
 from .durable import recorded, replayed
 from .effects import Answer, Check, DeadlineExceeded, Execute, Sleep
 from .retry import ToolFailure
@@ -27,6 +27,12 @@ _AFTER_DONE = "not executed: the application already validated the task as done;
 
 class ToolCalls(RunState):
     """One tool call, from the model's proposal to its settled result (see the module)."""
+
+    def declaration(self, tool: str, own: ToolSpec | None = None) -> ToolSpec:
+        """The declaration this run applies to ``tool``, given its wrapper's own (``own``) and the run's
+        declarations by name (``RunOptions.tools``): the one rule of :func:`~agents_loopguard.run.declarations.resolve`
+        (a conflict is a ``ValueError`` naming the fix; adapters ask for every tool they know when the run starts)."""
+        return resolve(tool, own, self.options.tools)
 
     def refuse_invalid(self, tool: str, kind: str, detail: str) -> Executed:
         """Refuse a call that is not a valid call of an offered tool, through the engine's own validation (traced

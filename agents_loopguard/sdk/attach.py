@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agents import Agent, RunConfig, RunState
+from agents import Agent, FunctionTool, RunConfig, RunState
 from agents.exceptions import (
     AgentsException,
     InputGuardrailTripwireTriggered,
@@ -62,6 +62,7 @@ from .hooks import GuardHooks
 from .model import is_step_model
 from .pauses import persist_pause, waiting_detail
 from .private import agent_of_tool, state_context
+from .tools import tool_spec
 
 __all__ = ["Entering", "GuardStopped", "LoopGuard"]
 
@@ -137,6 +138,15 @@ def _check_enforceable(agent: Agent[Any], config: RunConfig, run: GuardedRun) ->
         name = model if isinstance(model, str) else getattr(getattr(model, "inner", model), "model", None)
         where = f"agent {member.name!r}"
         run.check_enforceable(name if isinstance(name, str) else None, settings.max_tokens, where=where)
+
+
+def _check_tools(agent: Agent[Any], run: GuardedRun) -> None:
+    """Every tool of the reachable agents is declared once: a tool declared by its wrapper and, differently, in
+    ``RunOptions.tools`` is refused before anything runs (the one rule of the guarded run)."""
+    for member in _graph(agent):
+        for tool in member.tools:
+            if isinstance(tool, FunctionTool):
+                run.declaration(tool.name, tool_spec(tool))
 
 
 def _guarded_copy(agent: Agent[Any]) -> Agent[Any]:
@@ -236,6 +246,7 @@ class LoopGuard:
         copy = agent if self._composed else _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
+        _check_tools(agent, self.run)
         if isinstance(input, RunState) and input is not self._restored:  # the application's state stays as it was
             input = await self.restored(agent, input)
         if self._entering is not None:
@@ -266,6 +277,7 @@ class LoopGuard:
         copy = _guarded_copy(agent)
         kwargs["run_config"] = guard_config(kwargs.get("run_config"), self.run)
         _check_enforceable(agent, kwargs["run_config"], self.run)
+        _check_tools(agent, self.run)
         return copy
 
     def _check_entry(self, input: Any) -> None:

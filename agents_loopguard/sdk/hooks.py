@@ -19,13 +19,11 @@ from agents.lifecycle import RunHooks
 from agents.run_context import AgentHookContext, RunContextWrapper
 from agents.tool import FunctionTool, Tool
 
-from ..run import Answer, Executed, GuardedRun, ToolSpec
+from ..run import Answer, Executed, GuardedRun
 from ._internal import Halt
 from .tools import is_guarded
 
 __all__ = ["GuardHooks"]
-
-_UNDECLARED = ToolSpec(kind="read", declared=False)
 
 
 class GuardHooks(RunHooks[Any]):
@@ -102,11 +100,12 @@ class GuardHooks(RunHooks[Any]):
         SDK offers no way to skip one tool from a hook, so a refusal ends the run."""
         run = self._run
         name = getattr(tool, "name", type(tool).__name__)
-        call = run.propose(_UNDECLARED, name, getattr(context, "tool_arguments", None), _call_id(context))
+        spec = run.declaration(name)  # undeclared, or declared by name (RunOptions.tools)
+        call = run.propose(spec, name, getattr(context, "tool_arguments", None), _call_id(context))
         if isinstance(call, Executed):
             assert call.verdict is not None, "a proposal that is not a call carries its verdict"
             raise Halt(run.stop(call.verdict))
-        steps = run.execute(_UNDECLARED, call)
+        steps = run.execute(spec, call)
         try:
             next(steps)  # authorized and reserved: the tool may run now
         except StopIteration as refused:

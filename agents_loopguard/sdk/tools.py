@@ -10,6 +10,14 @@ timeout, guardrails: every keyword is passed through). The guard sits in two pla
 
 A tool finds the run it belongs to through a contextvar set by the entry points (``run_guarded`` and friends), which
 asyncio copies into parallel tool calls and into the thread of a sync tool.
+
+The guard recognises itself inside another invoker: a guarded tool is a :class:`GuardedFunctionTool`, whose
+declaration is a field, so a copy whose ``on_invoke_tool`` was replaced (``dataclasses.replace(tool,
+on_invoke_tool=wrapper)``, the logging idiom) is still known. The run guards the wrapper as the tool's body (one
+reservation, with the tool's declaration, taken before the wrapper runs: a wrapper that never calls the guarded
+invoker is itself the body), and the guarded invoker it calls runs under that reservation. Called again under the
+same reservation (a retry wrapper), it is a new attempt, reserved on its own: a read is counted again, a write whose
+first attempt is still unsettled is refused ``unknown_commit``.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import json
 import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast, overload
 
 from agents import (
@@ -34,10 +42,10 @@ from agents.tool import ToolFunction
 from agents.tool_context import ToolContext
 
 from ..engine.core import Kind
-from ..run import Executed, GuardedRun, RetryPolicy, ToolSpec, Verify, declare_tool
+from ..run import UNDECLARED, Executed, GuardedRun, RetryPolicy, ToolSpec, Verify, declare_tool
 from ._internal import ACTIVE_RUN, execute
 
-__all__ = ["guard_tool", "guarded_tool", "tool_spec"]
+__all__ = ["GuardedFunctionTool", "guard_tool", "guarded_tool", "tool_spec"]
 _SPEC = "__loopguard_spec__"
 _FUNCTION = "__loopguard_function__"
 _INNER = "__loopguard_inner__"
@@ -45,6 +53,19 @@ _ORIGINAL = "__loopguard_original__"
 _BIND = "__agents_bind_function_tool__"
 """The SDK's hook for an invoker to follow its tool: ``FunctionTool.__post_init__`` (run by ``dataclasses.replace``
 and ``copy.copy``) rebinds the invoker to the new tool, so a copy's failure policy is the copy's own."""
+
+
+_OURS: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+"""The invokers this module made (a wrapper made with ``functools.wraps`` copies their attributes, not this)."""
+
+
+@dataclass
+class GuardedFunctionTool(FunctionTool):
+    """A ``FunctionTool`` with the guard in its invoker (what :func:`guarded_tool` and :func:`guard_tool` return).
+    Its declaration is a field, so it survives ``dataclasses.replace`` and ``copy.copy`` of the tool, also when the
+    copy's invoker was replaced by one that wraps the guarded invoker."""
+
+    loopguard_declaration: ToolSpec | None = field(default=None, kw_only=True, repr=False)
 
 
 @dataclass
@@ -57,9 +78,37 @@ class _Invocation:
     args: dict[str, Any]
     call_id: str | None
     entered: bool = False
+    frame: _Frame | None = None
+    """The reservation of the invoker that wraps this call, which the call runs under (see :class:`_Frame`)."""
 
 
 _INVOCATION: ContextVar[_Invocation | None] = ContextVar("agents_loopguard_invocation", default=None)
+
+
+@dataclass
+class _Frame:
+    """An opaque invoker running under its reservation: the guarded invoker it calls for the same tool call and
+    declaration runs under it once (one reservation for the wrapper and the guarded tool inside it)."""
+
+    run: GuardedRun
+    call_id: str | None
+    spec: ToolSpec
+    adopted: bool = False
+    error: Exception | None = None
+    """The guarded body's exception, when it failed inside the wrapper: the failure is the reserved execution's."""
+    answered: bool = False
+    output: Any = None
+    """What the wrapper returned after that failure (the SDK's failure text): what the model reads."""
+
+    def adopts(self, run: GuardedRun, call_id: str | None, spec: ToolSpec) -> bool:
+        """True, once, for the guarded invocation of the same call this frame reserved."""
+        if self.adopted or self.run is not run or self.call_id != call_id or self.spec != spec:
+            return False
+        self.adopted = True
+        return True
+
+
+_FRAME: ContextVar[_Frame | None] = ContextVar("agents_loopguard_frame", default=None)
 
 
 async def _run_call(
@@ -93,6 +142,12 @@ def _shim(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         if invocation is None or invocation.entered:  # called directly, not through the SDK
             return await body()
         invocation.entered = True
+        if invocation.frame is not None:  # under the reservation of the invoker that wraps this tool
+            try:
+                return await body()
+            except Exception as exc:
+                invocation.frame.error = exc
+                raise
         return await _run_call(
             invocation.run, invocation.spec, invocation.tool, invocation.args, invocation.call_id, body
         )
@@ -103,11 +158,9 @@ def _shim(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
 def _function_of(tool: FunctionTool) -> Callable[..., Any] | None:
     """The Python function behind a tool made by ``function_tool`` (or by us), if there is one."""
-    known = getattr(tool.on_invoke_tool, _FUNCTION, None)
-    if known is not None:
-        return cast(Callable[..., Any], known)
-    if getattr(tool.on_invoke_tool, _SPEC, None) is not None:
-        return None  # guarded already, around an opaque invoker
+    if _is_ours(tool.on_invoke_tool):
+        known = getattr(tool.on_invoke_tool, _FUNCTION, None)
+        return cast(Callable[..., Any], known) if known is not None else None  # None: around an opaque invoker
     try:
         wrapped = tool.__wrapped__
     except AttributeError:
@@ -141,27 +194,35 @@ def _guarded_invoker(
                 "agents_loopguard.sdk.run_guarded (or run_guarded_sync / run_guarded_streamed)"
             )
         call_id = getattr(ctx, "tool_call_id", None)
-        args = run.parse(spec, name, args_json)
+        declared = run.declaration(name, spec)  # the wrapper's own, or the run's by name (RunOptions.tools)
+        frame = _FRAME.get()
+        adopted = frame if frame is not None and frame.adopts(run, call_id, declared) else None
+        if adopted is not None and function is None:
+            return await _adopted(adopted, inner(ctx, args_json))
+        args = run.parse(declared, name, args_json)
         if isinstance(args, Executed):
             return args.message
         if function is None:
-            return await _run_call(run, spec, name, args, call_id, lambda: inner(ctx, args_json))
-        invocation = _Invocation(run, spec, name, args, call_id)
+            return await _run_framed(run, declared, name, args, call_id, lambda: inner(ctx, args_json))
+        invocation = _Invocation(run, declared, name, args, call_id, frame=adopted)
         token = _INVOCATION.set(invocation)
         try:
             output = await inner(ctx, args_json)
         except Exception:
             if not invocation.entered:  # the SDK's schema validation raised: the model reads the refusal
-                return _schema_rejected(run, spec, name).message
+                return _schema_rejected(run, declared, name).message
             raise
         finally:
             _INVOCATION.reset(token)
         if not invocation.entered:  # the SDK's schema validation refused the arguments; the body did not run
-            return _schema_rejected(run, spec, name).message  # the refusal, not the SDK's generic failure text
+            return _schema_rejected(run, declared, name).message  # the refusal, not the SDK's generic failure text
         return output
 
     def bind(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-        """This invoker for ``tool`` (called by ``FunctionTool.__post_init__``): the inner invoker rebound to it."""
+        """This invoker for ``tool`` (called by ``FunctionTool.__post_init__``): the inner invoker rebound to it.
+        Called through a wrapper that copied this invoker's attributes (``functools.wraps``): the wrapper stays."""
+        if tool.on_invoke_tool is not on_invoke_tool:
+            return tool.on_invoke_tool
         rebind = getattr(inner, _BIND, None)
         bound = rebind(tool) if callable(rebind) else inner
         return on_invoke_tool if bound is inner else _guarded_invoker(bound, spec, function=function)
@@ -172,7 +233,59 @@ def _guarded_invoker(
     setattr(on_invoke_tool, _FUNCTION, function)
     setattr(on_invoke_tool, _INNER, inner)
     setattr(on_invoke_tool, _BIND, bind)
+    _OURS.add(on_invoke_tool)
     return on_invoke_tool
+
+
+async def _run_framed(
+    run: GuardedRun,
+    spec: ToolSpec,
+    tool: str,
+    args: dict[str, Any],
+    call_id: str | None,
+    invoke: Callable[[], Awaitable[Any]],
+) -> Any:
+    """:func:`_run_call` for an opaque invoker (the body): each attempt runs in a frame that the guarded invoker of
+    the same call inside it joins. When the guarded body inside failed and the wrapper answered anyway (the SDK's
+    failure text), the failure is recorded as the execution's and the model reads that answer."""
+    frames: list[_Frame] = []
+
+    async def body() -> Any:
+        frame = _Frame(run, call_id, spec)
+        frames.append(frame)
+        token = _FRAME.set(frame)
+        try:
+            output = await invoke()
+        finally:
+            _FRAME.reset(token)
+        if frame.error is not None:
+            frame.answered, frame.output = True, output
+            raise frame.error
+        return output
+
+    try:
+        return await _run_call(run, spec, tool, args, call_id, body)
+    except Exception as exc:
+        last = frames[-1] if frames else None
+        if last is not None and exc is last.error and last.answered:
+            return last.output
+        raise
+
+
+async def _adopted(frame: _Frame, invoked: Awaitable[Any]) -> Any:
+    """An opaque guarded invoker run under the reservation of the invoker that wraps it."""
+    try:
+        return await invoked
+    except Exception as exc:
+        frame.error = exc
+        raise
+
+
+def _is_ours(invoker: Any) -> bool:
+    try:
+        return invoker in _OURS
+    except TypeError:  # not weakly referenceable: not one of ours
+        return False
 
 
 def _schema_rejected(run: GuardedRun, spec: ToolSpec, name: str) -> Executed:
@@ -186,7 +299,9 @@ def tool_spec(tool: FunctionTool) -> ToolSpec | None:
     >>> tool_spec(function_tool(lambda: "x", name_override="plain")) is None
     True
     """
-    spec = getattr(tool.on_invoke_tool, _SPEC, None)
+    spec = getattr(tool.on_invoke_tool, _SPEC, None) if _is_ours(tool.on_invoke_tool) else None
+    if spec is None and isinstance(tool, GuardedFunctionTool):  # its invoker was replaced (wrapped)
+        spec = tool.loopguard_declaration
     return spec if isinstance(spec, ToolSpec) else None
 
 
@@ -285,9 +400,12 @@ def guarded_tool(
 
 
 def _declared(name: str, declaration: ToolSpec | None, fields: dict[str, Any]) -> ToolSpec:
-    """The tool's checked declaration: ``declaration``'s fields, replaced by the keywords given."""
-    base = declaration if declaration is not None else ToolSpec()
+    """The tool's checked declaration: ``declaration``'s fields, replaced by the keywords given; neither: the tool
+    declares nothing (a declaration by name in ``RunOptions.tools`` applies, else it is an undeclared read)."""
     given = {key: value for key, value in fields.items() if value is not None}
+    if declaration is None and not given:
+        return UNDECLARED
+    base = declaration if declaration is not None else ToolSpec()
     merged = {
         "kind": base.kind,
         "operation_id": base.operation_id,
@@ -313,7 +431,18 @@ def _decorated(func: Callable[..., Any], spec: ToolSpec, options: dict[str, Any]
     if options.get("timeout") is not None and not inspect.iscoroutinefunction(func):
         raise ValueError("FunctionTool timeout_seconds is only supported for async @function_tool handlers.")
     built = function_tool(_shim(func), **options)
-    return dataclasses.replace(built, on_invoke_tool=_guarded_invoker(built.on_invoke_tool, spec, function=func))
+    return _with_guard(built, _guarded_invoker(built.on_invoke_tool, spec, function=func), spec)
+
+
+def _with_guard(
+    tool: FunctionTool, invoker: Callable[[ToolContext[Any], str], Awaitable[Any]], spec: ToolSpec
+) -> FunctionTool:
+    """A copy of ``tool`` with the guarded ``invoker``: a :class:`GuardedFunctionTool` carrying ``spec`` (an
+    application's own subclass of ``FunctionTool`` keeps its class, through ``dataclasses.replace``)."""
+    if type(tool) not in (FunctionTool, GuardedFunctionTool):
+        return dataclasses.replace(tool, on_invoke_tool=invoker)
+    fields = {f.name: getattr(tool, f.name) for f in dataclasses.fields(FunctionTool) if f.init}
+    return GuardedFunctionTool(**{**fields, "on_invoke_tool": invoker}, loopguard_declaration=spec)
 
 
 def guard_tool(
@@ -380,17 +509,21 @@ def _guard(tool: FunctionTool, spec: ToolSpec) -> FunctionTool:
     if function is not None:  # the copy binds the rebuilt invoker to itself: its own failure policy formats errors
         invoker = _guarded_invoker(_rebuilt(function, tool).on_invoke_tool, spec, function=function)
     else:
-        inner = getattr(tool.on_invoke_tool, _INNER, tool.on_invoke_tool)
+        ours = _is_ours(tool.on_invoke_tool)
+        inner = getattr(tool.on_invoke_tool, _INNER, tool.on_invoke_tool) if ours else tool.on_invoke_tool
         invoker = _guarded_invoker(inner, spec, function=None)
-    return dataclasses.replace(tool, on_invoke_tool=invoker)
+    return _with_guard(tool, invoker, spec)
 
 
 def guard_undeclared(tool: FunctionTool) -> FunctionTool:
-    """A plain tool found in the agent graph: guarded as a read without evidence (counted, bounded by the rules)."""
-    if tool_spec(tool) is not None:
+    """A tool found in the agent graph: as it is when its invoker is the guard's; a guarded tool whose invoker was
+    replaced (wrapped), guarded with its declaration around the new invoker (which the guarded invoker inside it
+    then joins); any other, guarded as a read without evidence (counted, bounded by the rules)."""
+    if _is_ours(tool.on_invoke_tool):
         return tool
-    return _guard(tool, ToolSpec(kind="read", declared=False))
+    return _guard(tool, tool_spec(tool) or UNDECLARED)
 
 
 def is_guarded(tool: Any) -> bool:
-    return isinstance(tool, FunctionTool) and tool_spec(tool) is not None
+    """True for a function tool whose invoker is the guard's (its body is reserved by the tool itself)."""
+    return isinstance(tool, FunctionTool) and _is_ours(tool.on_invoke_tool)
