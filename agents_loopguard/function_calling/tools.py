@@ -64,8 +64,8 @@ class GuardedTool:
     """Arguments that are no part of the action (a timestamp, a request id): left out of the call's identity."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The guard's declaration of this tool (checked when the tool is made); a tool made without ``kind``,
-    ``operation_id``, ``verify``, ``retry``, ``max_executions`` or ``volatile_args`` declares nothing, and a declaration by name
-    (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
+    ``operation_id``, ``verify``, ``retry``, ``max_executions`` or ``volatile_args`` declares nothing, and a
+    declaration by name (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
