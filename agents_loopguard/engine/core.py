@@ -525,7 +525,8 @@ class Guard(Metering, Ending, LoopRules):
         operation = (op_id, OperationState(proof.effect.value), self.storable(result)) if write and op_id else None
         pending = proof.pending and call.kind == "poll"
         # a transient failure without effect is a retry, not a stall (Policy.retry_transient)
-        retry = self.policy.retry_transient and transient(status, proof) and proof.revision <= ticket.revision
+        retry = status is ResultStatus.RETRYABLE and self.policy.retry_transient and transient(status, proof)
+        retry = retry and proof.revision <= ticket.revision
         # a pending poll is no stall; an unverified read records no progress at all
         progress = self.store.record_execution(
             self.task_id,

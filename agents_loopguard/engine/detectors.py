@@ -58,23 +58,23 @@ class Recent:
         """tool -> its last ``failure_window`` executions, True for a transient failure."""
         self.counts: dict[str, tuple[int, int, float]] = {}
         """In shadow mode: fingerprint -> (revision, executions at it, first at), the store's repetition count."""
+        self.quiet = 0
+        """Executions at the end of :attr:`steps` without a new revision (0: the last one advanced it)."""
 
     def repeat(self, call: Call, fingerprint: str) -> Verdict | None:
         """The refusal of ``call`` when it would start again a block of calls that already ran ``max_same_call``
         times in a row, the last time without a new revision; None when it may run."""
-        steps, cycle = self.steps, self.policy.max_cycle
-        if not cycle or not steps or call.kind == "poll":
+        cycle, quiet = self.policy.max_cycle, self.quiet
+        if not quiet or not cycle or call.kind == "poll":  # the last call advanced: no block ran without progress
             return None
-        passes = self.policy.max_same_call
-        quiet = max(1, passes - 1)  # the last passes must have found nothing new
+        steps, passes = self.steps, self.policy.max_same_call
+        needed = max(1, passes - 1)  # the last passes must have found nothing new
         count = len(steps)
-        for period in range(1, cycle + 1):
+        for period in range(1, min(cycle, quiet // needed) + 1):
             span = period * passes
             if span > count:
                 return None
             if steps[count - period].fingerprint != fingerprint:
-                continue
-            if any(steps[count - 1 - i].advanced for i in range(period * quiet)):
                 continue
             if all(
                 steps[count - 1 - i].fingerprint == steps[count - 1 - i - period].fingerprint
@@ -93,6 +93,7 @@ class Recent:
         window.append(failed)
         if not failed and call.kind != "poll":
             self.steps.append(Step(fingerprint, advanced))
+            self.quiet = 0 if advanced else self.quiet + 1
         limit = self.policy.max_failures
         if failed and limit and sum(window) >= limit:
             detail = (

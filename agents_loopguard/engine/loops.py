@@ -79,11 +79,12 @@ class LoopRules:
             self._transient[key] = self._transient.get(key, 0) + 1
         self._unverified = 0 if proof.verified else self._unverified + 1
         advanced = progress.revision > ticket.revision
-        verdicts = [self.recent.settled(call, ticket.fingerprint, advanced=advanced, failed=failed)]
-        if call.kind == "page":
-            verdicts.append(_page_cycle(proof, progress))
-        verdicts.append(self._stalled(progress))
-        for verdict in verdicts:
+        storm = self.recent.settled(call, ticket.fingerprint, advanced=advanced, failed=failed)
+        cycle = _page_cycle(proof, progress) if call.kind == "page" else None
+        stall = self._stalled(progress)
+        if storm is None and cycle is None and stall is None:
+            return None
+        for verdict in (storm, cycle, stall):
             if verdict is not None and self._loop_verdict(call, verdict, at=self._now(), fp=ticket.fingerprint):
                 return verdict
         return None
