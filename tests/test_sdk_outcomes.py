@@ -448,18 +448,21 @@ def test_cancelling_the_run_task_is_stopped_cancelled_with_the_calls_in_flight()
 
 
 def test_cancelling_a_stream_is_stopped_cancelled_with_the_calls_in_flight() -> None:
-    @guarded_tool
-    async def crawl(url: str) -> str:
-        """Crawl."""
-        await asyncio.sleep(10)
-        return "never"
-
     async def scenario(mode: Any) -> Any:
+        started = asyncio.Event()
+
+        @guarded_tool
+        async def crawl(url: str) -> str:
+            """Crawl."""
+            started.set()
+            await asyncio.sleep(10)
+            return "never"
+
         agent = agent_for(step("crawl", {"url": "u"}, "k1"), tools=[crawl])
         stream = run_guarded_streamed(agent, "go", budget=BUDGET)
         async for event in stream.stream_events():
             if getattr(event, "name", None) == "tool_called":
-                await asyncio.sleep(0.01)
+                await asyncio.wait_for(started.wait(), 5)  # the body is running (a sleep raced a loaded machine)
                 stream.cancel(mode)
         return await stream.outcome()
 

@@ -71,6 +71,28 @@ class Ending:
         )
         self.store.append_trace(self.task_id, entry)
 
+    def record_outside(self, tool: str, why: str) -> None:
+        """Trace that ``tool`` runs outside the guard in this run, and why (an opt-out of the application, which
+        operators see in the task's timeline as ``kind="unguarded"``).
+
+        >>> from agents_loopguard import Budget, Guard, MemoryStore
+        >>> guard = Guard(budget=Budget(1, 1), store=MemoryStore(), task_id="t-outside")
+        >>> guard.record_outside("web_search", "read-only search at the provider")
+        >>> [(e.kind, e.tool, e.args) for e in guard.store.trace("t-outside")]
+        [('unguarded', 'web_search', {'why': 'read-only search at the provider'})]
+        """
+        entry = TraceEntry(
+            kind="unguarded",
+            tool=tool,
+            args=self.storable({"why": why}),
+            result_class="outside",
+            revision=self.revision,
+            models=self.used.models,
+            tools=self.used.tools,
+            at=self.now(),
+        )
+        self.store.append_trace(self.task_id, entry)
+
     def pause(
         self,
         state: str,

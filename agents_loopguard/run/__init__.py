@@ -19,7 +19,7 @@ from .effects import (
     perform_check_async,
     within_deadline,
 )
-from .guarded import Executed, GuardedRun, GuardStopped, ModelAttempt
+from .guarded import Executed, GuardedRun, GuardStopped, ModelAttempt, UnguardedTool
 from .options import OnPause, OnRefusal, OutputVerifier, Release, RunFields, RunFieldsBase, RunOptions
 from .requests import Failed, Send, model_request
 from .retry import MODEL_RETRY, NO_RETRY, RetryPolicy
@@ -52,6 +52,7 @@ __all__ = [
     "Sleep",
     "StopKind",
     "ToolSpec",
+    "UnguardedTool",
     "Verify",
     "adrive",
     "conclude",

@@ -21,6 +21,7 @@ __all__ = [
     "Unnamed",
     "Verify",
     "check_declarations",
+    "check_unguarded",
     "declare_tool",
     "parse_arguments",
     "resolve",
@@ -156,6 +157,28 @@ def check_declarations(tools: Any) -> Mapping[str, ToolSpec]:
                 f"got {type(spec).__name__}"
             )
     return tools
+
+
+def check_unguarded(unguarded: Any) -> Mapping[str, str]:
+    """``RunOptions.unguarded`` checked: tool names, each with why it may run outside the guard.
+
+    >>> check_unguarded({"web_search": ""})
+    Traceback (most recent call last):
+    ...
+    TypeError: unguarded={'web_search': ...} needs why the tool may run outside the guard (a non-empty string)
+    """
+    if not isinstance(unguarded, Mapping):
+        raise TypeError(
+            f"unguarded= maps tool names to why they may run outside the guard, got {type(unguarded).__name__}"
+        )
+    for name, why in unguarded.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"unguarded= keys are tool names (non-empty strings), got {name!r}")
+        if not isinstance(why, str) or not why.strip():
+            raise TypeError(
+                f"unguarded={{{name!r}: ...}} needs why the tool may run outside the guard (a non-empty string)"
+            )
+    return unguarded
 
 
 def resolve(name: str, own: ToolSpec | None, named: Mapping[str, ToolSpec]) -> ToolSpec:

@@ -46,7 +46,7 @@ from ..store.defaults import default_store
 from ..values.calls import Call, Verdict
 from ..values.outcome import Outcome, Reason, Status
 from .choices import forced_name, forces_tool
-from .declarations import ToolSpec, Verify, check_declarations, declare_tool
+from .declarations import ToolSpec, Verify, check_declarations, check_unguarded, declare_tool
 from .effects import (
     Answer,
     Check,
@@ -62,7 +62,7 @@ from .effects import (
 from .model_errors import ModelFailure, classify_model_error
 from .options import OnRefusal, Release, RunOptions
 from .retry import NO_RETRY, RetryPolicy
-from .state import Executed, GuardStopped, call_label, refusal_message
+from .state import Executed, GuardStopped, UnguardedTool, call_label, refusal_message
 from .tool_calls import ToolCalls, jsonable
 
 __all__ = [
@@ -78,6 +78,7 @@ __all__ = [
     "Release",
     "Sleep",
     "ToolSpec",
+    "UnguardedTool",
     "Verify",
     "adrive",
     "call_label",
@@ -168,6 +169,7 @@ class GuardedRun(ToolCalls):
         ValueError: a guarded run needs guard= or budget=Budget(...): there is no unlimited default
         """
         check_declarations(options.tools)
+        check_unguarded(options.unguarded)
         guard = _guard_of(options)
         guard.check_prices()
         if guard.observer is None and observer is not None:

@@ -114,6 +114,12 @@ class RunOptions:
     (``guarded_tool``, ``GuardedTool``...) that declares nothing takes the declaration by name; a tool declared by
     both must be given the same declaration, or the run is refused when it starts. A tool nobody declared is
     guarded as a read without ``verify``."""
+    unguarded: Mapping[str, str] = field(default_factory=dict)
+    """Tools the run may offer although the guard cannot reach their bodies, each with why you accept that:
+    ``unguarded={"web_search": "read-only search at the provider"}``. Without it such a tool (a hosted tool that
+    runs at the model provider, a tool type the adapter does not know) is refused when the run starts, with the
+    fix named. Every opt-out is recorded in the task's trace (``kind="unguarded"``, with the why) when the run
+    starts; the requests that may trigger the tool are still counted."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -160,6 +166,7 @@ class RunFieldsBase(TypedDict, total=False):
     on_pause: OnPause | None
     who: str | None
     durable: DurableSteps | None
+    unguarded: Mapping[str, str]
 
 
 class RunFields(RunFieldsBase, total=False):

@@ -18,7 +18,7 @@ from ..values.errors import LoopguardError
 from ..values.outcome import Outcome, Reason, Status
 from .options import OnRefusal, Release, RunOptions
 
-__all__ = ["Executed", "Flight", "GuardStopped", "RunState", "call_label", "refusal_message"]
+__all__ = ["Executed", "Flight", "GuardStopped", "RunState", "UnguardedTool", "call_label", "refusal_message"]
 
 _CONTINUABLE = frozenset(
     {
@@ -56,6 +56,11 @@ class GuardStopped(LoopguardError):
     def __init__(self, outcome: Outcome) -> None:
         super().__init__(f"the guard stopped task {outcome.task_id}: {outcome.status}/{outcome.reason}")
         self.outcome = outcome
+
+
+class UnguardedTool(LoopguardError, ValueError):
+    """A tool whose body the adapter cannot reach (a hosted tool, a tool type it does not know), refused when the
+    run starts; the message names the fix and the opt-out (``RunOptions.unguarded``)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class RunState:
     """id(exception) -> (the exception, kept alive so its id stays its own; its verdict): a tool or model failure
     the guard recorded before the framework re-raised it (see :meth:`recorded_failure`)."""
     cancel_requested: bool = False
+    outside: set[str] = field(default_factory=set)
+    """Tools this run admitted outside the guard (``RunOptions.unguarded``), each recorded once."""
     _done_turn: int = 0
     _keys: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -173,6 +180,30 @@ class RunState:
         if deadline is not None and self.guard.now() + seconds >= deadline:
             return Verdict(Status.STOPPED, Reason.DEADLINE, f"a retry in {seconds:.3g}s would start past the deadline")
         return None
+
+    def admit(self, tool: str, what: str, fix: str) -> None:
+        """A tool whose body the adapter cannot reach (``what`` says what it is): refused with
+        :class:`UnguardedTool` naming ``fix``, unless ``RunOptions.unguarded`` opts it out (then recorded in the
+        task's trace, once per run). Adapters call it for every such tool before anything runs (and before a
+        request that offers one that appeared at run time).
+
+        >>> from agents_loopguard import Budget, MemoryStore, RunOptions
+        >>> from agents_loopguard.run import GuardedRun
+        >>> run = GuardedRun.start(RunOptions(budget=Budget(1, 1), store=MemoryStore()))
+        >>> run.admit("web_search", "a hosted tool", "do the search in a function tool")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        agents_loopguard.run.state.UnguardedTool: tool 'web_search' is a hosted tool: the guard cannot reserve ...
+        """
+        why = self.options.unguarded.get(tool)
+        if why is None:
+            raise UnguardedTool(
+                f"tool {tool!r} is {what}: the guard cannot reserve its body, so the run is refused. {fix}; or run "
+                f'it outside the guard on purpose: unguarded={{{tool!r}: "why"}} (recorded in the task\'s trace)'
+            )
+        if tool not in self.outside:
+            self.outside.add(tool)
+            self.guard.record_outside(tool, f"{what}: {why}")
 
     def checkpoint(self) -> Verdict | None:
         """Before a handoff, a sub-agent or a pending job: the run's own end, or the task's stop mark."""

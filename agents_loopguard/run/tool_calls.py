@@ -31,7 +31,15 @@ class ToolCalls(RunState):
     def declaration(self, tool: str, own: ToolSpec | None = None) -> ToolSpec:
         """The declaration this run applies to ``tool``, given its wrapper's own (``own``) and the run's
         declarations by name (``RunOptions.tools``): the one rule of :func:`~agents_loopguard.run.declarations.resolve`
-        (a conflict is a ``ValueError`` naming the fix; adapters ask for every tool they know when the run starts)."""
+        (a conflict is a ``ValueError`` naming the fix; adapters ask for every tool they know when the run starts).
+
+        >>> from agents_loopguard import Budget, MemoryStore, RunOptions
+        >>> from agents_loopguard.run import GuardedRun, declare_tool
+        >>> tools = {"lookup": declare_tool("lookup", max_executions=2)}
+        >>> run = GuardedRun.start(RunOptions(budget=Budget(1, 1), store=MemoryStore(), tools=tools))
+        >>> run.declaration("lookup").max_executions, run.declaration("search").declared
+        (2, False)
+        """
         return resolve(tool, own, self.options.tools)
 
     def refuse_invalid(self, tool: str, kind: str, detail: str) -> Executed:

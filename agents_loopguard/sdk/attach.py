@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agents import Agent, FunctionTool, RunConfig, RunState
+from agents import Agent, RunConfig, RunState
 from agents.exceptions import (
     AgentsException,
     InputGuardrailTripwireTriggered,
@@ -57,12 +57,12 @@ from ..run import Ending, GuardedRun, RunFields, RunOptions, StopKind, adrive, c
 from ..values.outcome import Outcome
 from ._internal import Halt, trace_decision
 from .claims import ClaimedState, continue_pause
-from .graph import guard_agent, guard_config, install_nested_guard, is_copy
+from .graph import guard_agent, guard_config, install_nested_guard, is_copy, restore_on
 from .hooks import GuardHooks
+from .kinds import admit_tools
 from .model import is_step_model
 from .pauses import persist_pause, waiting_detail
-from .private import agent_of_tool, state_context
-from .tools import tool_spec
+from .private import agent_of_tool
 
 __all__ = ["Entering", "GuardStopped", "LoopGuard"]
 
@@ -141,12 +141,11 @@ def _check_enforceable(agent: Agent[Any], config: RunConfig, run: GuardedRun) ->
 
 
 def _check_tools(agent: Agent[Any], run: GuardedRun) -> None:
-    """Every tool of the reachable agents is declared once: a tool declared by its wrapper and, differently, in
-    ``RunOptions.tools`` is refused before anything runs (the one rule of the guarded run)."""
+    """Every tool of the reachable agents, before anything runs: declared once (a tool declared by its wrapper and,
+    differently, in ``RunOptions.tools`` is refused), and a tool whose body the guard cannot reach (a hosted tool,
+    an unknown type) refused unless ``RunOptions.unguarded`` opts it out (see :mod:`.kinds`)."""
     for member in _graph(agent):
-        for tool in member.tools:
-            if isinstance(tool, FunctionTool):
-                run.declaration(tool.name, tool_spec(tool))
+        admit_tools(run, member.tools)
 
 
 def _guarded_copy(agent: Agent[Any]) -> Agent[Any]:
@@ -257,12 +256,7 @@ class LoopGuard:
         """``state`` restored against the guarded copies of ``agent``'s graph (the SDK resumes with the state's
         agents, matched by name), keeping its context; it becomes this guard's input."""
         copy = agent if self._composed else guard_agent(agent)
-        context = state_context(state)
-        if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
-            restored: RunState[Any] = await RunState.from_json(copy, state.to_json())
-        else:
-            data = state.to_json(context_serializer=lambda _context: {})
-            restored = await RunState.from_json(copy, data, context_override=context)
+        restored = await restore_on(copy, state)
         self.input = self._restored = restored
         return restored
 

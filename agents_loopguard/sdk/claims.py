@@ -18,7 +18,7 @@ from ..ops.approvals import APPROVE, REJECT, DecisionError, claim_for_resume, de
 from ..run.options import RunOptions
 from ..store.base import PauseRecord
 from ..store.defaults import default_store
-from .private import tool_decisions
+from .private import nested_decision, tool_decisions
 
 __all__ = ["ClaimedState", "continue_pause"]
 
@@ -37,6 +37,8 @@ def _decisions_in(state: RunState[Any], record: PauseRecord) -> dict[str, str]:
     decisions: dict[str, str] = {}
     for item in state.get_interruptions():
         status = decided(item.name, str(item.call_id))
+        if status is None:  # an interruption of an agent used as a tool: decided in its own state
+            status = nested_decision(state, item)
         if status is None:
             raise DecisionError(
                 f"call {item.call_id!r} ({item.name}) of pause {record.pause_id!r} has no decision in the run state: "

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agents import Agent, FunctionTool, Handoff, RunConfig
+from agents import Agent, FunctionTool, Handoff, RunConfig, RunState, Tool
 from agents.models.interface import Model
 from agents.result import RunResult, RunResultStreaming
 from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_runner
@@ -26,10 +27,12 @@ from agents.run import AgentRunner, get_default_agent_runner, set_default_agent_
 from ..run import GuardedRun
 from ._internal import ACTIVE_RUN
 from .hooks import GuardHooks
+from .kinds import guard_local
 from .model import GuardedModel, GuardedModelProvider, guard_inside
+from .private import agent_of_tool, set_agent_of_tool, state_context
 from .tools import guard_undeclared
 
-__all__ = ["guard_agent", "guard_config", "install_nested_guard", "is_copy"]
+__all__ = ["guard_agent", "guard_config", "install_nested_guard", "is_copy", "restore_on"]
 
 _COPY = "_loopguard_copy"
 _COPIES: dict[int, tuple[weakref.ref[Agent[Any]], tuple[int, ...], Agent[Any]]] = {}
@@ -74,9 +77,35 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     setattr(clone, _COPY, True)
     owner = weakref.ref(agent, lambda _gone, key=key: _forget(key))  # type: ignore[misc]
     _COPIES[key] = (owner, shape, clone)  # before the handoffs: a graph with cycles reaches this copy again
-    clone.tools = [guard_undeclared(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+    clone.tools = [_guard_tool(t) for t in agent.tools]
     clone.handoffs = [_guard_handoff(h) for h in agent.handoffs]
+    clone.get_all_tools = _guarding(clone.get_all_tools)  # type: ignore[method-assign,assignment]
     return clone
+
+
+def _guard_tool(tool: Tool) -> Tool:
+    """A tool of a guarded copy: a function tool guarded at its invoker, an SDK local tool at its executor. The
+    copy of an agent used as a tool names the guarded copy of that agent: a state the SDK restores resolves the
+    nested run's agents through it (a nested run resumed after an approval then runs guarded)."""
+    if not isinstance(tool, FunctionTool):
+        local: Tool = guard_local(tool)
+        return local
+    guarded = guard_undeclared(tool)
+    nested = agent_of_tool(tool)
+    if isinstance(nested, Agent):
+        guarded = dataclasses.replace(guarded) if guarded is tool else guarded  # never the application's object
+        set_agent_of_tool(guarded, guard_agent(nested))
+    return guarded
+
+
+def _guarding(get_all_tools: Callable[[Any], Awaitable[list[Tool]]]) -> Callable[[Any], Awaitable[list[Tool]]]:
+    """``Agent.get_all_tools`` of a guarded copy: the function tools that appear only at run time (an MCP server's,
+    an override's) are guarded at their invoker, as the copy's own are (the last point before their body)."""
+
+    async def get_all_tools_guarded(run_context: Any) -> list[Tool]:
+        return [_guard_tool(t) for t in await get_all_tools(run_context)]
+
+    return get_all_tools_guarded
 
 
 def is_copy(agent: Any) -> bool:
@@ -113,6 +142,16 @@ def guard_config(run_config: RunConfig | dict[str, Any] | None, run: GuardedRun)
     return dataclasses.replace(
         config, model=_guard_model(config.model), model_provider=GuardedModelProvider(provider, run)
     )
+
+
+async def restore_on(copy: Agent[Any], state: RunState[Any]) -> RunState[Any]:
+    """``state`` restored against the guarded ``copy`` of its agent graph (the SDK resumes with the state's own
+    agents, matched by name), keeping its context."""
+    context = state_context(state)
+    if context is None:  # this SDK keeps it elsewhere: the state's JSON carries it (see .private)
+        return await RunState.from_json(copy, state.to_json())
+    data = state.to_json(context_serializer=lambda _context: {})
+    return await RunState.from_json(copy, data, context_override=context)
 
 
 def _nested(run: GuardedRun, agent: Agent[Any], kwargs: dict[str, Any]) -> tuple[Agent[Any], dict[str, Any]]:
@@ -164,6 +203,10 @@ class _NestedRunGuard(AgentRunner):
         return self._inner.run_streamed(starting_agent, input, **kwargs)
 
     def run_sync(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        if ACTIVE_RUN.get() is None and _attached(kwargs) is not None:  # Runner.run_sync with a LoopGuard's hooks
+            from .run import run_sync  # the loop the sync entry points use (imported late: run imports this)
+
+            return run_sync(lambda: self.run(starting_agent, input, **kwargs), name="Runner.run")
         return self._inner.run_sync(starting_agent, input, **kwargs)
 
 

@@ -21,6 +21,7 @@ from agents.tool import FunctionTool, Tool
 
 from ..run import Answer, Executed, GuardedRun
 from ._internal import Halt
+from .kinds import is_guarded_local
 from .tools import is_guarded
 
 __all__ = ["GuardHooks"]
@@ -77,7 +78,7 @@ class GuardHooks(RunHooks[Any]):
             await self._inner.on_handoff(context, from_agent, to_agent)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
-        if not (is_guarded(tool) or self._composed_function(tool)):
+        if not (is_guarded(tool) or is_guarded_local(tool) or self._composed_function(tool)):
             self._reserve_unwrapped(context, tool)
         if self._inner is not None:
             await self._inner.on_tool_start(context, agent, tool)

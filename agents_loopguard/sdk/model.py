@@ -36,6 +36,7 @@ from ..run.retry import RetryPolicy
 from ..values.outcome import Reason
 from . import private
 from ._internal import ACTIVE_RUN, Halt
+from .kinds import admit_tools
 
 if TYPE_CHECKING:
     from openai.types.responses.response_prompt_param import ResponsePromptParam
@@ -244,6 +245,7 @@ class GuardedModel(Model):
             ]
             return {"instructions": instructions, "input": input, "tools": offered}
 
+        admit_tools(self._run, tools)  # tools that appeared at run time, before the request offers them
         name = getattr(self._inner, "model", None)
         return model_request(
             self._run,

@@ -157,6 +157,30 @@ def tool_decisions(state: Any) -> Callable[[str | None, str], bool | None]:
     return lambda tool, call_id: _decided(records, tool, call_id)
 
 
+def nested_owner(state: Any, item: Any) -> tuple[Any, Any] | None:
+    """``(nested state, its item)`` when ``item`` is an interruption of an agent used as a tool (the nested run
+    keeps its own state), else ``None``. Private SDK API (0.24): ``RunState._find_nested_approval_state``."""
+    find = getattr(state, "_find_nested_approval_state", None)
+    owner = find(item) if callable(find) else None
+    return owner if isinstance(owner, tuple) else None
+
+
+def nested_decision(state: Any, item: Any) -> bool | None:
+    """The decision recorded for ``item``, an interruption of an agent used as a tool (``state.approve(item)``
+    records it in that nested run's own state), or ``None``."""
+    owner = nested_owner(state, item)
+    if owner is None:
+        return None
+    nested_state, nested_item = owner
+    return tool_decisions(nested_state)(nested_item.name, str(nested_item.call_id))
+
+
+def set_agent_of_tool(tool: Any, agent: Any) -> None:
+    """Name ``agent`` as the agent behind an ``agent.as_tool()`` tool (a copy's: never an application's tool)."""
+    if hasattr(tool, AGENT_ATTRIBUTE):
+        setattr(tool, AGENT_ATTRIBUTE, agent)
+
+
 def agent_of_tool(tool: Any) -> Any:
     """The agent behind an ``agent.as_tool()`` tool, ``None`` for any other tool (or when the SDK renamed it)."""
     return getattr(tool, AGENT_ATTRIBUTE, None)

@@ -111,7 +111,7 @@ class _Frame:
 _FRAME: ContextVar[_Frame | None] = ContextVar("agents_loopguard_frame", default=None)
 
 
-async def _run_call(
+async def run_call(
     run: GuardedRun, spec: ToolSpec, tool: str, args: dict[str, Any], call_id: str | None, body: Any
 ) -> Any:
     """Propose, then execute under the guarded run: the output, the stored output of a committed write, or what the
@@ -148,7 +148,7 @@ def _shim(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
             except Exception as exc:
                 invocation.frame.error = exc
                 raise
-        return await _run_call(
+        return await run_call(
             invocation.run, invocation.spec, invocation.tool, invocation.args, invocation.call_id, body
         )
 
@@ -223,7 +223,8 @@ def _guarded_invoker(
         Called through a wrapper that copied this invoker's attributes (``functools.wraps``): the wrapper stays."""
         if tool.on_invoke_tool is not on_invoke_tool:
             return tool.on_invoke_tool
-        rebind = getattr(inner, _BIND, None)
+        copied = getattr(inner, _SPEC, None) is not None and not _is_ours(inner)  # a wrapper's copy of our hook
+        rebind = None if copied else getattr(inner, _BIND, None)
         bound = rebind(tool) if callable(rebind) else inner
         return on_invoke_tool if bound is inner else _guarded_invoker(bound, spec, function=function)
 
@@ -245,7 +246,7 @@ async def _run_framed(
     call_id: str | None,
     invoke: Callable[[], Awaitable[Any]],
 ) -> Any:
-    """:func:`_run_call` for an opaque invoker (the body): each attempt runs in a frame that the guarded invoker of
+    """:func:`run_call` for an opaque invoker (the body): each attempt runs in a frame that the guarded invoker of
     the same call inside it joins. When the guarded body inside failed and the wrapper answered anyway (the SDK's
     failure text), the failure is recorded as the execution's and the model reads that answer."""
     frames: list[_Frame] = []
@@ -264,7 +265,7 @@ async def _run_framed(
         return output
 
     try:
-        return await _run_call(run, spec, tool, args, call_id, body)
+        return await run_call(run, spec, tool, args, call_id, body)
     except Exception as exc:
         last = frames[-1] if frames else None
         if last is not None and exc is last.error and last.answered:

@@ -129,6 +129,16 @@ def function_tools(api: str, mode: str) -> Callable[[Env], Observed]:
     return build
 
 
+def parallel_calls(env: Env) -> Observed:
+    """Several function calls in one response: the loop runs them one after the other, each reserved."""
+    batch = tool_calls(
+        function_call("lookup", {"order": 1}, "c1"),
+        function_call("refund", {"order": 1}, "c2"),
+        function_call("refund", {"order": 2}, "c3"),
+    )
+    return loop(env, "responses", "async", [batch, final_text(FINAL)])
+
+
 def model_retries(env: Env) -> Observed:
     """The loop's own retries of a failed request (``LoopOptions.model_retry``): a 500, then the answer."""
     return loop(env, "chat", "sync", script(http_error(500)), model_retry=RetryPolicy(max_retries=2, initial_delay=0))
@@ -200,7 +210,8 @@ def rerun(env: Env) -> Observed:
 
 
 def door(name: str, doc: str, build: Callable[[Env], Observed], **more: Any) -> Door:
-    return Door("raw", name, doc, build, **more)
+    """A row of this file: by default the user gets the shop's final answer (``final=None``: not checked)."""
+    return Door("raw", name, doc, build, **{"final": FINAL, **more})
 
 
 DOORS = [
@@ -208,6 +219,7 @@ DOORS = [
     door("chat-async", "`arun_chat_completions` with `openai.AsyncOpenAI`", function_tools("chat", "async")),
     door("responses-sync", "`run_responses` with `openai.OpenAI`", function_tools("responses", "sync")),
     door("responses-async", "`arun_responses` with `openai.AsyncOpenAI`", function_tools("responses", "async")),
+    door("parallel-calls", "several function calls in one model response", parallel_calls),
     door("model-retries", "the loop's retries of a failed model request (`model_retry=`)", model_retries),
     door("client-retries", "a client built with its own retries (`OpenAI(max_retries=5)`)", client_retries),
     door("tool-retries", "a tool's own retries (`GuardedTool(retry=RetryPolicy(...))`)", tool_retries),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,14 +24,18 @@ from agents import (
     OpenAIResponsesModel,
     RunConfig,
     Runner,
+    SQLiteSession,
+    StopAtTools,
     Usage,
     function_tool,
     handoff,
     retry_policies,
 )
+from agents.mcp import MCPServer
 from agents.testing import ScriptedModel, assistant_message, function_call
+from mcp import types as mcp_types
 
-from agents_loopguard import Budget, Outcome
+from agents_loopguard import Budget, Outcome, Reason
 from agents_loopguard.run import RetryPolicy, ToolSpec, declare_tool
 from agents_loopguard.sdk import LoopGuard, guarded_tool, run_guarded, run_guarded_streamed, run_guarded_sync
 from tests.conformance.kit import Door, Env, Observed
@@ -173,6 +178,17 @@ def attached(env: Env) -> Observed:
     return env.observe(asyncio.run(main()))
 
 
+def attached_run_sync(env: Env) -> Observed:
+    """A ``LoopGuard`` attached to the application's own ``Runner.run_sync``."""
+    agent = clerk(env, shop(env))
+    guard = LoopGuard("Refund order 1.", **env.options())
+    try:
+        result: Any = Runner.run_sync(agent, guard.input, hooks=guard.hooks(), run_config=guard.run_config())
+    except Exception as exc:
+        result = exc
+    return env.observe(asyncio.run(guard.outcome(result)))
+
+
 def helper_turns() -> list[Any]:
     return [[function_call("lookup", {"order": 1}, call_id="h1")], [assistant_message("order 1 is paid")]]
 
@@ -200,6 +216,24 @@ def nested_run(env: Env) -> Observed:
         env.body("delegate")
         result = await Runner.run(helper, question)
         return str(result.final_output)
+
+    return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
+
+
+def nested_run_streamed(env: Env) -> Observed:
+    """A ``Runner.run_streamed`` started inside a tool body, its events consumed there."""
+    lookup, _ = shop(env)
+    helper_model, boss_model = models(env, helper_turns(), boss_turns("delegate", {"question": "order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup])
+
+    @guarded_tool(verify=looked_up)
+    async def delegate(question: str) -> str:
+        """Ask the helper agent."""
+        env.body("delegate")
+        streamed = Runner.run_streamed(helper, question)
+        async for _event in streamed.stream_events():
+            pass
+        return str(streamed.final_output)
 
     return guarded(env, Agent(name="boss", model=boss_model, tools=[delegate]))
 
@@ -286,6 +320,27 @@ def approvals(env: Env) -> Observed:
     return env.observe(asyncio.run(main()))
 
 
+def as_tool_approval(env: Env) -> Observed:
+    """An approval inside an agent used as a tool: the nested run pauses, the parent run pauses with it, the user
+    approves with ``state.approve(item)`` on the parent's state and runs it again; the nested run resumes."""
+    lookup, refund = shop(env, needs_approval=True)
+    helper_script = [[function_call("refund", {"order": 1}, call_id="h1")], [assistant_message("order 1 refunded")]]
+    helper_model, boss_model = models(env, helper_script, boss_turns("billing", {"input": "refund order 1"}))
+    helper = Agent(name="helper", model=helper_model, tools=[lookup, refund])
+    boss = Agent(name="boss", model=boss_model, tools=[helper.as_tool("billing", "Billing.")])
+
+    async def main() -> Outcome:
+        first = await run_guarded(boss, "Refund order 1.", **env.options())
+        if not getattr(first.result, "interruptions", None):
+            return first
+        state = first.result.to_state()
+        for item in state.get_interruptions():
+            state.approve(item)
+        return await run_guarded(boss, state, **env.options())
+
+    return env.observe(asyncio.run(main()))
+
+
 def rerun(env: Env) -> Observed:
     """The same task run again after it ended: the stored outcome comes back, nothing runs."""
     agent = clerk(env, shop(env), [*turns(), *turns()])
@@ -351,7 +406,75 @@ def retry_wrapper_write(env: Env) -> Observed:
         raise ConnectionError("the answer was lost")
 
     lookup, _ = shop(env)
-    return guarded(env, clerk(env, [lookup, retrying(refund)]))
+    observed = guarded(env, clerk(env, [lookup, retrying(refund)]))
+    ended = observed.outcome.reason if observed.outcome is not None else None
+    assert env.variant == "stop" or ended is Reason.UNKNOWN_COMMIT, f"the run ended {ended}, not unknown_commit"
+    return observed
+
+
+def wraps_wrapper(env: Env) -> Observed:
+    """A wrapper made with ``functools.wraps(inner)`` (it copies the guarded invoker's attributes): it stays the
+    tool's invoker (it runs) and the guarded invoker inside it reserves once."""
+    seen: list[str] = []
+
+    def logged(tool: FunctionTool) -> FunctionTool:
+        inner = tool.on_invoke_tool
+
+        @functools.wraps(inner)
+        async def invoke(ctx: Any, args: str) -> Any:
+            seen.append(tool.name)
+            return await inner(ctx, args)
+
+        return dataclasses.replace(tool, on_invoke_tool=invoke)
+
+    observed = guarded(env, clerk(env, [logged(tool) for tool in shop(env)]))
+    # the wrapper runs as the body: the repeated refund is answered from the ledger, the wrapper not run again
+    assert env.variant == "stop" or seen == ["lookup", "refund"], f"the wrapper did not run: {seen}"
+    return observed
+
+
+class ShopServer(MCPServer):
+    """An MCP server in the process (the SDK's ``MCPServer`` interface): ``call_tool`` is the tools' body."""
+
+    def __init__(self, env: Env) -> None:
+        super().__init__()
+        self.env = env
+
+    @property
+    def name(self) -> str:
+        return "shop"
+
+    async def connect(self) -> None:
+        pass
+
+    async def cleanup(self) -> None:
+        pass
+
+    async def list_tools(self, run_context: Any = None, agent: Any = None) -> list[mcp_types.Tool]:
+        schema = {"type": "object", "properties": {"order": {"type": "integer"}}, "required": ["order"]}
+        return [mcp_types.Tool(name=name, inputSchema=schema) for name in ("lookup", "refund")]
+
+    async def call_tool(
+        self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
+    ) -> mcp_types.CallToolResult:
+        order = (arguments or {})["order"]
+        self.env.body(tool_name, f"refund-{order}" if tool_name == "refund" else None)
+        text = f"refunded {order}" if tool_name == "refund" else f"order {order}: paid"
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)])
+
+    async def list_prompts(self) -> mcp_types.ListPromptsResult:
+        return mcp_types.ListPromptsResult(prompts=[])
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None) -> mcp_types.GetPromptResult:
+        raise KeyError(name)
+
+
+def mcp_server_tools(env: Env) -> Observed:
+    """An MCP server's tools (``Agent(mcp_servers=[...])``: ``FunctionTool``s made at run time by
+    ``MCPUtil.to_function_tool``), the write declared by name."""
+    (model,) = models(env, turns())
+    agent = Agent(name="clerk", model=model, mcp_servers=[ShopServer(env)])
+    return guarded(env, agent, tools={"refund": refund_declaration(env)})
 
 
 def runtime_tools(env: Env) -> Observed:
@@ -383,6 +506,48 @@ def stop_on_first_tool(env: Env) -> Observed:
     """``tool_use_behavior="stop_on_first_tool"``: the tool's output is the final output; one request."""
     lookup, _ = shop(env)
     return guarded(env, clerk(env, [lookup], turns()[:1], tool_use_behavior="stop_on_first_tool"))
+
+
+def stop_at_tools(env: Env) -> Observed:
+    """``tool_use_behavior=StopAtTools(stop_at_tool_names=["refund"])``: the refund's output is the final output."""
+    script = turns()[:2]
+    return guarded(env, clerk(env, shop(env), script, tool_use_behavior=StopAtTools(stop_at_tool_names=["refund"])))
+
+
+def tool_timeout(env: Env) -> Observed:
+    """An async guarded tool with the SDK's own ``timeout=``: the body is cancelled, its execution stays counted."""
+
+    @guarded_tool(verify=looked_up, timeout=0.05)
+    async def lookup(order: int) -> str:
+        """Look an order up (slowly)."""
+        env.body("lookup")
+        await asyncio.sleep(5)
+        return f"order {order}: paid"
+
+    return guarded(env, clerk(env, [lookup, shop(env)[1]]))
+
+
+class Provider(agents.ModelProvider):
+    """A model provider that resolves every model name to the row's scripted model."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self.model = model
+
+    def get_model(self, model_name: str | None) -> agents.Model:
+        return self.model
+
+
+def model_provider(env: Env) -> Observed:
+    """``RunConfig(model_provider=...)``: the agent names its model, the provider resolves it."""
+    (model,) = models(env, turns())
+    agent = Agent(name="clerk", model="shop-model", tools=list(shop(env)))
+    return guarded(env, agent, run_config=RunConfig(model_provider=Provider(model)))
+
+
+def session(env: Env) -> Observed:
+    """A run with an SDK session (``SQLiteSession``): the conversation is stored by the SDK, the task by the
+    guard."""
+    return guarded(env, clerk(env, shop(env)), session=SQLiteSession("conversation-1"))
 
 
 def built_by_hand(env: Env) -> Observed:
@@ -462,7 +627,8 @@ def declared_twice(env: Env) -> Observed:
 
 
 def door(name: str, doc: str, build: Callable[[Env], Observed], **more: Any) -> Door:
-    return Door("sdk", name, doc, build, **more)
+    """A row of this file: by default the user gets the shop's final answer (``final=None``: not checked)."""
+    return Door("sdk", name, doc, build, **{"final": FINAL, **more})
 
 
 DOORS = [
@@ -472,8 +638,18 @@ DOORS = [
     door("streamed", "`run_guarded_streamed`", streamed),
     door("sync", "`run_guarded_sync`", synchronous),
     door("attached", "a `LoopGuard` attached to the application's own `Runner.run`", attached),
+    door(
+        "attached-run-sync",
+        "a `LoopGuard` attached to the application's own `Runner.run_sync`",
+        attached_run_sync,
+    ),
     door("as-tool", "an agent used as a tool (`agent.as_tool()`)", as_tool, final=FINAL),
     door("nested-run", "a `Runner.run` started inside a tool body", nested_run, final=FINAL),
+    door(
+        "nested-run-streamed",
+        "a `Runner.run_streamed` started inside a tool body",
+        nested_run_streamed,
+    ),
     door("handoff", "a handoff to another agent", handoffs),
     door(
         "model-retries",
@@ -487,6 +663,11 @@ DOORS = [
         "an approval pause resumed with the SDK's `state.approve(item)` and a new run of the state",
         approvals,
         final=FINAL,
+    ),
+    door(
+        "as-tool-approval",
+        "an approval inside an agent used as a tool, resumed with the SDK's `state.approve(item)`",
+        as_tool_approval,
     ),
     door("rerun", "the same task run again after it ended", rerun, stop_reason=None),
     door(
@@ -504,6 +685,17 @@ DOORS = [
         "a retry wrapper around a guarded write whose answer was lost (refused `unknown_commit`)",
         retry_wrapper_write,
         stop_reason=None,
+        final=None,
+    ),
+    door(
+        "wraps-wrapper",
+        "a wrapper of a guarded tool's invoker made with `functools.wraps`",
+        wraps_wrapper,
+    ),
+    door(
+        "mcp-server-tools",
+        "an MCP server's tools (`Agent(mcp_servers=[...])`), the write declared by name",
+        mcp_server_tools,
     ),
     door("runtime-tools", "tools that appear only at run time (`Agent.get_all_tools`)", runtime_tools),
     door("clone", "`Agent.clone(...)` of an agent with guarded tools", cloned),
@@ -513,8 +705,25 @@ DOORS = [
         '`tool_use_behavior="stop_on_first_tool"` (the tool\'s output is the final output)',
         stop_on_first_tool,
         stop_reason=None,
+        final="order 1: paid",
         budget=Budget(model_turns=3, tool_executions=3),
     ),
+    door(
+        "stop-at-tools",
+        "`tool_use_behavior=StopAtTools(...)` (a named tool's output is the final output)",
+        stop_at_tools,
+        stop_reason=None,
+        final="refunded 1",
+    ),
+    door(
+        "tool-timeout",
+        "a tool's own timeout (`guarded_tool(..., timeout=0.05)` on an async tool)",
+        tool_timeout,
+        stop_reason=None,
+        final=None,
+    ),
+    door("model-provider", "`RunConfig(model_provider=...)` resolving the agents' model names", model_provider),
+    door("session", "a run with an SDK session (`session=SQLiteSession(...)`)", session),
     door("hand-made-tool", "a `FunctionTool(...)` built by hand (its invoker is the body)", built_by_hand),
     door("tool-input-guardrail", "a tool input guardrail that rejects a call", tool_input_guardrail),
     door("declared-by-name", "plain tools declared by name (`run_guarded(..., tools={...})`)", declared_by_name),
