@@ -27,25 +27,15 @@ Polls are left out of both the repeats (their wait policy bounds them) and nothi
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from ..values.budget import Policy
 from ..values.calls import Call, Verdict
 from ..values.outcome import Reason, Status
 
-__all__ = ["Recent", "Step"]
+__all__ = ["Recent"]
 
 _MAX_TOOLS = 256
 """Tools whose recent failures are remembered (a task with more distinct tools forgets the oldest)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One settled execution, as the repeat rule sees it."""
-
-    fingerprint: str
-    advanced: bool
-    """The revision advanced with it."""
 
 
 class Recent:
@@ -53,7 +43,8 @@ class Recent:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.steps: deque[Step] = deque(maxlen=max(1, policy.max_cycle * policy.max_same_call))
+        self.steps: deque[str] = deque(maxlen=max(1, policy.max_cycle * policy.max_same_call))
+        """The fingerprints of the last settled executions (polls and transient failures left out)."""
         self.failures: dict[str, deque[bool]] = {}
         """tool -> its last ``failure_window`` executions, True for a transient failure."""
         self.counts: dict[str, tuple[int, int, float]] = {}
@@ -74,12 +65,9 @@ class Recent:
             span = period * passes
             if span > count:
                 return None
-            if steps[count - period].fingerprint != fingerprint:
+            if steps[count - period] != fingerprint:
                 continue
-            if all(
-                steps[count - 1 - i].fingerprint == steps[count - 1 - i - period].fingerprint
-                for i in range(span - period)
-            ):
+            if all(steps[count - 1 - i] == steps[count - 1 - i - period] for i in range(span - period)):
                 return _repeated(call, period, passes)
         return None
 
@@ -91,11 +79,13 @@ class Recent:
                 self.failures.pop(next(iter(self.failures)))
             window = self.failures[call.tool] = deque(maxlen=self.policy.failure_window)
         window.append(failed)
-        if not failed and call.kind != "poll":
-            self.steps.append(Step(fingerprint, advanced))
-            self.quiet = 0 if advanced else self.quiet + 1
+        if not failed:
+            if call.kind != "poll":
+                self.steps.append(fingerprint)
+                self.quiet = 0 if advanced else self.quiet + 1
+            return None
         limit = self.policy.max_failures
-        if failed and limit and sum(window) >= limit:
+        if limit and sum(window) >= limit:
             detail = (
                 f"{call.tool}: {sum(window)} transient failures in its last {len(window)} executions "
                 f"(Policy.max_failures={limit}, failure_window={self.policy.failure_window})"

@@ -39,6 +39,7 @@ from .detectors import Recent
 __all__ = ["LoopRules", "transient"]
 
 logger = logging.getLogger("agents_loopguard")
+_NO_EFFECT = frozenset({Effect.NONE, Effect.NOT_COMMITTED})
 
 
 def transient(status: ResultStatus, proof: Evidence) -> bool:
@@ -47,7 +48,7 @@ def transient(status: ResultStatus, proof: Evidence) -> bool:
     >>> transient(ResultStatus.RETRYABLE, Evidence(revision=0, done=False))
     True
     """
-    return status is ResultStatus.RETRYABLE and proof.effect in (Effect.NONE, Effect.NOT_COMMITTED)
+    return status is ResultStatus.RETRYABLE and proof.effect in _NO_EFFECT
 
 
 class LoopRules:
