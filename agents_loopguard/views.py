@@ -8,6 +8,7 @@ when piped, Rich tables on a terminal). The data is :mod:`agents_loopguard.ops.o
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,6 +102,12 @@ def show_summary(view: dict[str, Any]) -> None:
     typer.echo(f"  revision         {task['revision']} (stalled {task['stalled']})")
     typer.echo(f"  stop mark        {task['stop_mark'] or '-'}")
     typer.echo(f"  created          {task['created_at'] or '-'}   updated {task['updated_at'] or '-'}")
+    shadow = Counter(
+        s["result_class"].removeprefix("shadow:") for s in view["timeline"] if s["result_class"].startswith("shadow:")
+    )
+    if shadow:  # shadow mode: the loop rules' would-be verdicts (nothing was refused for them)
+        listed = ", ".join(f"{reason} {count}" for reason, count in sorted(shadow.items()))
+        typer.echo(f"  shadow mode      would have stopped the task: {listed} (see the timeline)")
 
 
 def show_tables(view: dict[str, Any]) -> None:

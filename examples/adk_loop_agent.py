@@ -2,8 +2,8 @@
 
 Without the guard ADK's LoopAgent has no bound of its own here (its ``max_iterations`` defaults to none) and the
 stuck model keeps its first iteration going until ``RunConfig.max_llm_calls`` (500, per invocation). With the
-LoopGuardPlugin the third identical search at the same revision is refused before it runs, the invocation ends,
-and the task's outcome says why.
+LoopGuardPlugin the third identical search is refused before it runs (the second found nothing new), the invocation
+ends, and the task's outcome says why.
 
 Run it: ``python examples/adk_loop_agent.py``
 """

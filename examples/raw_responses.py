@@ -2,8 +2,8 @@
 
 Without ``OPENAI_API_KEY`` it runs against the scripted OpenAI-compatible server from ``tests/support``: the first
 request stalls past the client's timeout and the loop retries it (each attempt is a reserved model turn); then the
-model looks the same shipment up again and again. The first lookup brings a new fact; the repeats bring none, and
-before the third execution of the same call at the same revision the guard refuses it: ``stopped/same_call``,
+model looks the same shipment up again and again. The first lookup brings a new fact, the second none, and before
+the third execution of the same call the guard refuses it: ``stopped/same_call``,
 with the verified lookup kept as the outcome's value. With ``OPENAI_API_KEY`` set it asks the real API
 (``OPENAI_MODEL``, default gpt-4o-mini), which will most likely answer after one lookup (``partial``: the
 application never validated the task as done).

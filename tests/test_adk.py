@@ -185,7 +185,7 @@ def test_the_loop_agent_example_runs_as_documented() -> None:
         [sys.executable, str(EXAMPLES / "adk_loop_agent.py")], capture_output=True, text=True, timeout=120, check=True
     )
     assert "outcome: stopped/same_call" in done.stdout
-    assert "model calls: 4 (the model was asked 4 times)" in done.stdout and "searches executed: 3" in done.stdout
+    assert "model calls: 3 (the model was asked 3 times)" in done.stdout and "searches executed: 2" in done.stdout
 
 
 def test_a_model_that_retries_inside_one_call_is_refused_before_anything_runs() -> None:

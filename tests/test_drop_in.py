@@ -237,7 +237,7 @@ def test_r6_varied_unverified_reads_are_cut_by_the_documented_configurable_bound
     tool = lookup()
     policy = Policy() if bound is None else Policy(max_unverified=bound)
     with SQLStore(sql_url) as store:
-        outcome = run(adapter, [tool], [("lookup", {"q": f"v{i}"}) for i in range(40)], store, policy=policy)
+        outcome = run(adapter, [tool], [("lookup", {"q": f"v{i}"}) for i in range(80)], store, policy=policy)
     assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.NO_PROGRESS)
-    assert outcome.used.tools == len(tool.ran) == policy.max_unverified == (bound or 16)
+    assert outcome.used.tools == len(tool.ran) == policy.max_unverified == (bound or 64)
     assert "Policy.max_unverified" in outcome.detail

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import doctest
 import json
 import time
@@ -452,8 +453,10 @@ def test_a_read_that_keeps_failing_reports_the_failure_to_the_model(server: Scri
     assert outcome.reason is Reason.UNVERIFIED_FINAL
 
 
-def test_a_model_repeating_a_call_that_failed_is_still_bounded(server: ScriptedOpenAIServer) -> None:
-    """Retry allowances belong to the adapter's retries: the model's own repeats stay under same_call."""
+@pytest.mark.parametrize("prototype", [False, True])
+def test_a_model_repeating_a_call_that_failed_is_still_bounded(server: ScriptedOpenAIServer, prototype: bool) -> None:
+    """R21: a transient failure is a retry, whoever proposes it again, and the error-storm rule bounds the retries
+    (Policy.max_failures); under the prototype's rules the model's own repeats stay under same_call."""
     shop = Shop()
     shop.faults["lookup_order"] = [("before", TimeoutError("slow"))] * 10
     server.add(*[tool_call("lookup_order", {"order_id": 42}) for _ in range(5)])
@@ -463,10 +466,14 @@ def test_a_model_repeating_a_call_that_failed_is_still_bounded(server: ScriptedO
         "sync",
         tools=shop.tools(RetryPolicy(max_retries=1, initial_delay=0)),
         budget=Budget(10, 10),
-        policy=Policy(max_stalled=10),
+        policy=dataclasses.replace(Policy.prototype(), max_stalled=10) if prototype else Policy(),
     )
-    assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.SAME_CALL)
-    assert shop.count("lookup_order") == outcome.used.tools == 2  # one call, one retry; the repeat is refused
+    if prototype:
+        assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.SAME_CALL)
+        assert shop.count("lookup_order") == outcome.used.tools == 2  # one call, one retry; the repeat is refused
+    else:
+        assert (outcome.status, outcome.reason) == (Status.STOPPED, Reason.ERROR_STORM)
+        assert shop.count("lookup_order") == outcome.used.tools == 5  # three proposals, two retries: five failures
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

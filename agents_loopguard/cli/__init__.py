@@ -21,7 +21,7 @@ from .base import package_version as _package_version  # noqa: F401 - importable
 
 __all__ = ["COMMANDS", "app", "main"]
 
-COMMANDS = ("tasks", "pauses", "actions", "prune", "serving", "mcp")
+COMMANDS = ("tasks", "pauses", "actions", "tuning", "prune", "serving", "mcp")
 """The modules of this package that hold commands, in the order ``loopguard --help`` lists them."""
 
 for _module in COMMANDS:

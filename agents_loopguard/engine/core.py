@@ -27,7 +27,7 @@ from typing import Any
 
 from ..store.base import OperationState, Progress, StepRecord, Store, TaskSnapshot, TraceEntry
 from ..store.memory import MemoryStore
-from ..values.budget import Budget, Policy
+from ..values.budget import MAX_LIMIT, Budget, Policy
 from ..values.calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, outside_namespace, parse_call
 from ..values.canonical import CanonicalError, canonical_json, fingerprint, redact
 from ..values.errors import StateError
@@ -42,10 +42,12 @@ from ..values.evidence import (
     result_status,
     unproven,
 )
-from ..values.families import named_family
+from ..values.families import named_family, task_family
 from ..values.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status
 from ..values.pricing import Price
+from .detectors import Recent
 from .ending import Ending
+from .loops import LoopRules, transient
 from .metering import Metering
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
@@ -54,11 +56,14 @@ Observer = Callable[[str, dict[str, Any]], None]
 """``observer(event, data)``: told of every guard decision (the SDK adapter turns them into trace spans)."""
 FINGERPRINT_KEY_ENV = "LOOPGUARD_FINGERPRINT_KEY"
 """Environment variable with the HMAC key of call fingerprints, shared by every worker of a store."""
+SHADOW_ENV = "LOOPGUARD_SHADOW"
+"""Environment variable that puts task families in shadow mode (``all``, or families comma-separated): see
+:attr:`~agents_loopguard.values.budget.Policy.shadow`."""
 logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 
 
-class Guard(Metering, Ending):
+class Guard(Metering, Ending, LoopRules):
     """The guard of one task: reserve before every call, decide from verified evidence, end with one Outcome.
 
     >>> from agents_loopguard import Budget
@@ -107,12 +112,17 @@ class Guard(Metering, Ending):
         self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
         self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
         self._unverified = 0  # executions in a row that nobody verified (bounded by Policy.max_unverified)
+        self.recent = Recent(self.policy)
+        """The calls this guard settled most recently: the repeat, cycle and error-storm rules read them."""
         self.last_good: Any = None
         self.outcome: Outcome | None = None
         """The terminal outcome once the guard has ended; every later call returns it."""
         snapshot = self.store.ensure_task(
             self.task_id, budget, revision=initial_revision, now=self._now(), family=named_family(family, flow)
         )
+        self.shadow = self.policy.shadows(snapshot.family or task_family(self.task_id), os.environ.get(SHADOW_ENV))
+        """True when the loop rules only record their verdicts (shadow mode, :attr:`Policy.shadow`), by the task's
+        stored family."""
         self._check_budget(snapshot, strict=strict_budget)
         self.budget = snapshot.budget
         self.revision = snapshot.revision
@@ -257,10 +267,14 @@ class Guard(Metering, Ending):
         that refuses it: invalid_call, missing_operation_id, operation_conflict, unknown_commit (needs
         reconciliation), deadline, stop_requested, same_call / wait_budget, tool_budget.
 
-        ``retry_of`` marks an adapter retry of the same call after :meth:`settle` accepted a transient failure
-        without effect (retryable, effect none / not_committed). Each such failure lets the fingerprint run once
-        more than ``Policy.max_same_call`` at that revision; the retry is still reserved and counted like any
-        execution, and the tool budget still bounds it.
+        A transient failure without effect (retryable, effect none / not_committed) lets the fingerprint run once
+        more than ``Policy.max_same_call`` at that revision, whoever proposes it again (with
+        ``Policy.retry_transient``; without it, only an adapter's retry, marked by ``retry_of``): the retry is
+        still reserved and counted like any execution, and the error-storm rule and the budgets bound it.
+
+        The repeat rule (:class:`~agents_loopguard.engine.detectors.Recent`) refuses a call that would start again a
+        block of calls repeated without progress (``same_call``, ``cycle``). In shadow mode the loop rules record
+        their would-be verdicts and refuse nothing.
         """
         if (done := self._terminal()) is not None:
             return done
@@ -269,7 +283,7 @@ class Guard(Metering, Ending):
         if isinstance(call, str):
             return self._refuse(None, Verdict(Status.STOPPED, Reason.INVALID_CALL, call), at=at)
         try:
-            fp = fingerprint(call.tool, call.args, key=self._fingerprint_key)
+            fp = fingerprint(call.tool, call.identity(), key=self._fingerprint_key)
         except CanonicalError as exc:
             return self._refuse(call, Verdict(Status.STOPPED, Reason.INVALID_CALL, str(exc)), at=at)
         if self.budget.expired(at):
@@ -279,9 +293,17 @@ class Guard(Metering, Ending):
             return self._refuse(call, verdict, at=at, fp=fp)
         if (foreign := outside_namespace(call, self.flow)) is not None:  # R18: a flow's writes, or a task's
             return self._refuse(call, foreign, at=at, fp=fp)
+        repeated = self.recent.repeat(call, fp)
+        if repeated is not None and self._loop_verdict(call, repeated, at=at, fp=fp) is not None:
+            return self._refuse(call, repeated, at=at, fp=fp)
         poll = call.kind == "poll"
-        retries = self._transient.get(f"{fp}@{self.revision}", 0) if retry_of and retry_of.fingerprint == fp else 0
+        retried = self.policy.retry_transient or (retry_of is not None and retry_of.fingerprint == fp)
+        retries = self._transient.get(f"{fp}@{self.revision}", 0) if retried else 0
         max_repeats = (self.policy.max_polls if poll else self.policy.max_same_call) + retries
+        max_wait = self.policy.max_wait if poll else None
+        if self.shadow:  # the store is told no limit; this guard counts what it would have refused
+            self._shadow_repeat(call, fp, at=at, max_repeats=max_repeats, max_wait=max_wait, record=not repeated)
+            max_repeats, max_wait = MAX_LIMIT, None
         limit = (call.tool, call.max_executions) if call.max_executions is not None else None
         if call.kind == "write":
             assert call.operation_id is not None
@@ -310,7 +332,7 @@ class Guard(Metering, Ending):
                 fp,
                 max_repeats=max_repeats,
                 now=at,
-                max_wait=self.policy.max_wait if poll else None,
+                max_wait=max_wait,
                 poll=poll,
                 tool_limit=limit,
             )
@@ -506,13 +528,22 @@ class Guard(Metering, Ending):
             [f"record:{r}" for r in proof.records] if page else []
         )
         operation = (op_id, OperationState(proof.effect.value), self.storable(result)) if write and op_id else None
-        result_class = "cached" if ticket.replay else str(status)
+        pending = proof.pending and call.kind == "poll"
+        # a transient failure without effect is a retry, not a stall (Policy.retry_transient)
+        retry = status is ResultStatus.RETRYABLE and self.policy.retry_transient and transient(status, proof)
+        retry = retry and proof.revision <= ticket.revision
         # a pending poll is no stall; an unverified read records no progress at all
         progress = self.store.record_execution(
             self.task_id,
-            self._trace(call, result_class, at=at, fp=ticket.fingerprint, state=str(proof.effect) if write else None),
-            revision=None if early or not proof.verified else proof.revision,
-            pending=proof.pending and call.kind == "poll",
+            self._trace(
+                call,
+                _result_class(ticket, status, proof, pending),
+                at=at,
+                fp=ticket.fingerprint,
+                state=str(proof.effect) if write else None,
+            ),
+            revision=None if early or not proof.verified or retry else proof.revision,
+            pending=pending,
             operation=operation,
             seen=seen,
         )
@@ -522,7 +553,7 @@ class Guard(Metering, Ending):
     def _decide(
         self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, progress: Progress
     ) -> Verdict | None:
-        """Step 3: the progress rules on what was recorded: done, a retry after a commit, a cycle, a stall."""
+        """Step 3: the progress rules on what was recorded: done, a retry after a commit, then the loop rules."""
         call = ticket.call
         write = call.kind == "write"
         if status is ResultStatus.OK:
@@ -539,27 +570,19 @@ class Guard(Metering, Ending):
                 "a retryable failure of a write that committed: do not send it again",
                 call.operation_id,
             )
-        if status is ResultStatus.RETRYABLE and proof.effect in (Effect.NONE, Effect.NOT_COMMITTED):
-            key = f"{ticket.fingerprint}@{self.revision}"  # a transient failure without effect: see retry_of
-            self._transient[key] = self._transient.get(key, 0) + 1
-        if call.kind == "page":
-            cycle = _page_cycle(proof, progress)
-            if cycle is not None:
-                return cycle
-        self._unverified = 0 if proof.verified else self._unverified + 1
-        if self._unverified >= self.policy.max_unverified:
-            return Verdict(
-                Status.STOPPED,
-                Reason.NO_PROGRESS,
-                f"{self._unverified} executions in a row that no verify checked (Policy.max_unverified)",
-            )
-        if progress.stalled >= self.policy.max_stalled:
-            return Verdict(
-                Status.STOPPED,
-                Reason.NO_PROGRESS,
-                f"{progress.stalled} verified results in a row without the revision advancing",
-            )
-        return None
+        return self._loop_rules(ticket, proof, progress, failed=transient(status, proof))
+
+
+def _result_class(ticket: Ticket, status: ResultStatus, proof: Evidence, pending: bool) -> str:
+    """How the trace names a result: ``cached`` (a committed write's replay), ``pending`` (a poll still waiting),
+    ``unverified`` (an ok result nobody verified), else the result's status."""
+    if ticket.replay:
+        return "cached"
+    if pending:
+        return "pending"
+    if not proof.verified and status is ResultStatus.OK:
+        return "unverified"
+    return str(status)
 
 
 def _is_json(value: Any) -> bool:
@@ -569,14 +592,3 @@ def _is_json(value: Any) -> bool:
     except CanonicalError:
         return False
     return True
-
-
-def _page_cycle(proof: Evidence, progress: Progress) -> Verdict | None:
-    """A page whose cursor, or every record, was seen before is a cycle (R9)."""
-    cursor_seen = bool(proof.cursor is not None and progress.seen_before and progress.seen_before[0])
-    record_flags = progress.seen_before[1:] if proof.cursor is not None else progress.seen_before
-    if cursor_seen:
-        return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, f"cursor {proof.cursor!r} was seen before")
-    if record_flags and all(record_flags):
-        return Verdict(Status.STOPPED, Reason.CURSOR_CYCLE, "every record on this page was seen before")
-    return None

@@ -60,10 +60,12 @@ class GuardedTool:
     """Sent as the function's ``strict`` flag when set."""
     max_executions: int | None = None
     """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
+    volatile_args: tuple[str, ...] = ()
+    """Arguments that are no part of the action (a timestamp, a request id): left out of the call's identity."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The guard's declaration of this tool (checked when the tool is made); a tool made without ``kind``,
-    ``operation_id``, ``verify``, ``retry`` or ``max_executions`` declares nothing, and a declaration by name
-    (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
+    ``operation_id``, ``verify``, ``retry``, ``max_executions`` or ``volatile_args`` declares nothing, and a
+    declaration by name (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -72,8 +74,8 @@ class GuardedTool:
             raise TypeError(f"tool {self.name!r}: fn must be callable")
         if not isinstance(self.parameters, Mapping):
             raise TypeError(f"tool {self.name!r}: parameters must be a JSON schema object (a mapping)")
-        says = (self.kind, self.operation_id, self.verify, self.retry, self.max_executions)
-        if says == ("read", None, None, RetryPolicy(), None):  # declares nothing: RunOptions.tools may
+        says = (self.kind, self.operation_id, self.verify, self.retry, self.max_executions, self.volatile_args)
+        if says == ("read", None, None, RetryPolicy(), None, ()):  # declares nothing: RunOptions.tools may
             spec = UNDECLARED
         else:
             spec = declare_tool(
@@ -83,6 +85,7 @@ class GuardedTool:
                 verify=self.verify,
                 retry=self.retry,
                 max_executions=self.max_executions,
+                volatile_args=self.volatile_args,
             )
         object.__setattr__(self, "spec", spec)
 

@@ -194,8 +194,16 @@ def _budget(table: dict[str, Any]) -> Budget:
 def _policy(table: dict[str, Any]) -> Policy | None:
     names = {"max_same_call", "max_stalled", "max_unverified"}
     _only(table, "policy", names)
-    given = {name: _count(table, "policy", name, default=0) or 0 for name in names if name in table}
-    return Policy(**given) if given else None
+    if not names & table.keys():
+        return None
+    default = Policy()
+
+    def limit(name: str) -> int:
+        return _count(table, "policy", name, default=getattr(default, name)) or 0
+
+    return Policy(
+        max_same_call=limit("max_same_call"), max_stalled=limit("max_stalled"), max_unverified=limit("max_unverified")
+    )
 
 
 def _tools(table: dict[str, Any]) -> tuple[dict[str, ToolSpec], frozenset[str]]:

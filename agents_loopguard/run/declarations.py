@@ -46,6 +46,10 @@ class ToolSpec:
     """Retries of a transient failure verified to have had no effect (none by default)."""
     max_executions: int | None = None
     """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
+    volatile_args: tuple[str, ...] = ()
+    """Top-level arguments that are no part of the action (a timestamp, a request id): left out of the call's
+    identity, so calls that differ only in them are the same call to the repeat rules (and, for a write, the same
+    payload). Never an argument that changes what the call does (a customer id, an amount, a page's cursor)."""
 
     def operation_of(self, args: Mapping[str, Any]) -> str | Unnamed | None:
         """The business operation a write with these arguments performs (``None`` for a tool that is not a
@@ -84,8 +88,14 @@ def declare_tool(
     verify: Verify | None = None,
     retry: RetryPolicy = NO_RETRY,
     max_executions: int | None = None,
+    volatile_args: tuple[str, ...] | list[str] = (),
 ) -> ToolSpec:
     """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
+
+    ``volatile_args`` names the arguments that are no part of the action (:attr:`ToolSpec.volatile_args`):
+
+    >>> declare_tool("search", volatile_args=("requested_at",)).volatile_args
+    ('requested_at',)
 
     >>> declare_tool("refund", kind="write", verify=lambda a, out: None)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -111,7 +121,16 @@ def declare_tool(
         isinstance(max_executions, bool) or not isinstance(max_executions, int) or max_executions < 0
     ):
         raise ValueError(f"tool {name!r}: max_executions must be an int >= 0 or None, got {max_executions!r}")
-    return ToolSpec(kind=kind, operation_id=operation_id, verify=verify, retry=retry, max_executions=max_executions)
+    if isinstance(volatile_args, str) or not all(isinstance(a, str) and a for a in volatile_args):
+        raise ValueError(f"tool {name!r}: volatile_args must be a tuple of argument names, got {volatile_args!r}")
+    return ToolSpec(
+        kind=kind,
+        operation_id=operation_id,
+        verify=verify,
+        retry=retry,
+        max_executions=max_executions,
+        volatile_args=tuple(volatile_args),
+    )
 
 
 UNDECLARED = ToolSpec(declared=False)

@@ -24,6 +24,7 @@ __all__ = ["Executed", "Flight", "GuardStopped", "RunState", "UnguardedTool", "c
 _CONTINUABLE = frozenset(
     {
         Reason.SAME_CALL,
+        Reason.CYCLE,
         Reason.INVALID_CALL,
         Reason.MISSING_OPERATION_ID,
         Reason.OPERATION_CONFLICT,
@@ -39,6 +40,7 @@ task-wide stops (stop mark, deadline, model budget) and the progress rules (no_p
 
 _HINTS: dict[Reason, str] = {
     Reason.SAME_CALL: "this exact call already ran as often as allowed without new progress; it will not run again",
+    Reason.CYCLE: "these calls already ran in this order without new progress; this one will not run again now",
     Reason.TOOL_BUDGET: "no tool executions are left for this task; answer with what you have",
     Reason.INVALID_CALL: "the call is not valid; fix the arguments",
     Reason.MISSING_OPERATION_ID: "the arguments do not name the business operation this write performs",

@@ -91,13 +91,13 @@ class ToolCalls(RunState):
         problem = check(args) if check is not None else None
         if problem is not None:
             return self.refuse_invalid(tool, spec.kind, problem)
-        limit = spec.max_executions
+        limit, volatile = spec.max_executions, spec.volatile_args
         named = spec.operation_of(args)
         if named is None:
-            return Call(tool, args, spec.kind, None, call_id, limit)
+            return Call(tool, args, spec.kind, None, call_id, limit, volatile)
         if isinstance(named, Unnamed):
-            return self._no_operation(Call(tool, args, "write", None, call_id, limit), named.why)
-        return Call(tool, args, "write", named, call_id, limit)
+            return self._no_operation(Call(tool, args, "write", None, call_id, limit, volatile), named.why)
+        return Call(tool, args, "write", named, call_id, limit, volatile)
 
     def parse(self, spec: ToolSpec, tool: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | Executed:
         """The model's arguments as a dict, or the refusal the model reads (``invalid_call``); nothing is parsed

@@ -317,6 +317,7 @@ def guarded_tool(
     verify: Verify | None = None,
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
+    volatile_args: tuple[str, ...] | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool: ...
 
@@ -331,6 +332,7 @@ def guarded_tool(
     verify: Verify | None = None,
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
+    volatile_args: tuple[str, ...] | None = None,
     **function_tool_options: Any,
 ) -> Callable[[ToolFunction[...]], FunctionTool]: ...
 
@@ -345,6 +347,7 @@ def guarded_tool(
     verify: Verify | None = None,
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
+    volatile_args: tuple[str, ...] | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool | Callable[[ToolFunction[...]], FunctionTool]:
     """``@function_tool`` with a guard declaration: the guard's declaration, and every ``function_tool`` keyword
@@ -363,6 +366,8 @@ def guarded_tool(
             Without it a read proves no progress (revision unchanged), so the stall rule bounds it.
         max_executions: executions of this tool allowed for the whole task (``None``: only the task's budget).
         retry: retries of a transient failure verified to have had no effect (none by default).
+        volatile_args: arguments that are no part of the action (a timestamp, a request id): left out of the
+            call's identity, so near-duplicates are the same call (never an argument that changes the meaning).
         **function_tool_options: ``function_tool``'s own keywords. ``failure_error_function``: not given, the SDK's
             default message; ``None``, the body's exception is raised and the run ends with the failure the guard
             recorded. It is read from the tool at call time, so ``dataclasses.replace(tool, ...)`` with another
@@ -384,7 +389,7 @@ def guarded_tool(
     if isinstance(func, ToolSpec):  # @guarded_tool(spec, ...): the declaration came first
         func, declaration = None, func
     fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify, "retry": retry}
-    fields["max_executions"] = max_executions
+    fields.update(max_executions=max_executions, volatile_args=volatile_args)
 
     def decorate(the_func: ToolFunction[...]) -> FunctionTool:
         name = function_tool_options.get("name_override") or str(getattr(the_func, "__name__", "tool"))
@@ -408,6 +413,7 @@ def _declared(name: str, declaration: ToolSpec | None, fields: dict[str, Any]) -
         "verify": base.verify,
         "retry": base.retry,
         "max_executions": base.max_executions,
+        "volatile_args": base.volatile_args,
         **given,
     }
     return declare_tool(name, **merged)
@@ -450,6 +456,7 @@ def guard_tool(
     verify: Verify | None = None,
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
+    volatile_args: tuple[str, ...] | None = None,
 ) -> FunctionTool:
     """Guard a ``FunctionTool`` that already exists (made by ``function_tool``, ``agent.as_tool()``, by hand...).
 
@@ -467,7 +474,8 @@ def guard_tool(
     >>> tool_spec(guarded).max_executions
     5
     """
-    fields = {"kind": kind, "operation_id": operation_id, "verify": verify, "max_executions": max_executions}
+    fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify}
+    fields.update(max_executions=max_executions, volatile_args=volatile_args)
     return _guard(tool, _declared(tool.name, declaration, {**fields, "retry": retry}))
 
 

@@ -387,3 +387,10 @@ class Store(Queries, abc.ABC):
     @abc.abstractmethod
     def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
         """Recorded transitions, oldest first."""
+
+    @abc.abstractmethod
+    def label_task(self, task_id: str, label: str, *, who: str, why: str = "", now: float = 0.0) -> TransitionRecord:
+        """Record an operator's label on a task as a ``label`` transition (``decisions={"label": label}``: ``correct``,
+        the guard should let such work run; ``loop``, it should cut it), read by ``loopguard tune``; the latest label
+        of a task counts. Counters, outcome and stop mark are untouched. :class:`NotFoundError` for an unknown
+        task."""

@@ -639,3 +639,10 @@ class MemoryStore(MemoryQueries, Store):
     def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
         with self._lock:
             return [t for t in self._transitions if task_id is None or t.task_id == task_id]
+
+    def label_task(self, task_id: str, label: str, *, who: str, why: str = "", now: float = 0.0) -> TransitionRecord:
+        with self._lock:
+            self._task(task_id)
+            transition = TransitionRecord.new(task_id, "label", who, why, now, decisions={"label": label})
+            self._transitions.append(transition)
+            return transition

@@ -320,7 +320,8 @@ class TransitionRecord:
     kind: str
     """``resume`` (of a pause), ``recover`` (from stopped/partial/needs_reconciliation), ``reconcile`` (an unknown
     operation answered), ``confirm`` (a known operation's state confirmed), ``correct`` (the ledger corrected),
-    ``stop`` (who set the stop mark; ``why`` is its reason)."""
+    ``stop`` (who set the stop mark; ``why`` is its reason), ``label`` (an operator's judgement of the run, in
+    ``decisions["label"]``: ``correct`` or ``loop``; see :meth:`Store.label_task`)."""
     who: str
     why: str = ""
     at: float = 0.0

@@ -100,29 +100,93 @@ class Budget:
 
 @dataclass(frozen=True)
 class Policy:
-    """Thresholds of the progress rules. The defaults are the article's demonstration values; choose yours from
-    correct trajectories and the risk of each tool.
+    """Thresholds of the loop rules. The defaults are measured on a labelled corpus of loops and legitimate work
+    (``benchmarks/efficacy``, docs/efficacy.md): tune yours on your own correct runs (``loopguard tune``).
 
-    >>> Policy().max_same_call, Policy().max_stalled
-    (2, 3)
+    >>> Policy().max_same_call, Policy().max_stalled, Policy().max_wait
+    (2, 3, 600.0)
+    >>> Policy.prototype().max_cycle, Policy(shadow=("orders",)).shadows("orders")
+    (0, True)
     """
 
     max_same_call: int = 2
-    """Executions allowed for one fingerprint at one revision; the next is ``stopped/same_call``."""
+    """Executions allowed for one call (the same fingerprint) at one revision; the next is ``stopped/same_call``. A
+    call that advanced the revision already looked at the new one: an identical call right after it is its second
+    look (with ``max_cycle``), so a stubborn identical call runs twice, never three times."""
     max_stalled: int = 3
     """Verified results in a row without the revision advancing; reaching it is ``stopped/no_progress``."""
-    max_polls: int = 10
-    """Polls of one job (one fingerprint at one revision) while it answers pending; the next is ``wait_budget``."""
-    max_wait: float | None = None
+    max_polls: int = 120
+    """Polls of one job (one fingerprint at one revision) while it answers pending; the next is ``wait_budget``. A
+    bound for polls in a tight loop: ``max_wait`` bounds them first."""
+    max_wait: float | None = 600.0
     """Seconds a job may stay pending, from its first poll; after that a poll is ``stopped/wait_budget``."""
-    max_unverified: int = 16
+    max_unverified: int = 64
     """Executions in a row that nobody verified (tools without ``verify``); reaching it is ``stopped/no_progress``.
-    They prove no progress but are not stalls: a drop-in app's different reads are not cut after three."""
+    A backstop for a model that keeps changing the arguments of unverified reads: their repeats and cycles are cut
+    by the repeat rules (``max_same_call``, ``max_cycle``) long before it."""
+    max_cycle: int = 4
+    """The longest cycle of calls the repeat rule looks for in the recent calls (1: only the same call back to
+    back): a block of calls repeated ``max_same_call`` times, the last time without a new revision, is cut before
+    it starts again (``stopped/cycle``; ``stopped/same_call`` for one call). 0 turns the rule off."""
+    max_failures: int = 5
+    """Transient failures of one tool among its last ``failure_window`` executions that end the task with
+    ``stopped/error_storm``. 0 turns the rule off."""
+    failure_window: int = 5
+    """The executions of one tool ``max_failures`` is counted over (the default: that many failures in a row)."""
+    retry_transient: bool = True
+    """A transient failure without effect (a ``retryable`` result, effect none or not_committed) is a retry: no
+    stall, and its call may run again at the same revision; ``max_failures`` bounds them. False: the article's
+    prototype's rule, where it counts as a stall and as a repetition like any result."""
+    shadow: bool | tuple[str, ...] = False
+    """Shadow mode: every loop rule is evaluated and each would-be verdict recorded (the trace, ``loopguard show``,
+    the console, the metrics), and nothing is refused for it. True for every task, or the task families it names
+    (:mod:`~agents_loopguard.values.families`); ``LOOPGUARD_SHADOW`` (``all`` or families, comma-separated) adds to
+    it. Budgets, the deadline, the stop mark, the ledger and invalid input are never shadowed."""
 
     def __post_init__(self) -> None:
-        for name in ("max_same_call", "max_stalled", "max_polls", "max_unverified"):
+        for name in ("max_same_call", "max_stalled", "max_polls", "max_unverified", "failure_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Policy.{name} must be an int >= 1, got {value!r}")
+        for name in ("max_cycle", "max_failures"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Policy.{name} must be an int >= 0 (0: off), got {value!r}")
         if self.max_wait is not None and not (math.isfinite(self.max_wait) and self.max_wait >= 0):
             raise ValueError(f"Policy.max_wait must be a non-negative number or None, got {self.max_wait!r}")
+        if not isinstance(self.retry_transient, bool):
+            raise ValueError(f"Policy.retry_transient must be a bool, got {self.retry_transient!r}")
+        shadow = self.shadow
+        if isinstance(shadow, list):
+            object.__setattr__(self, "shadow", shadow := tuple(shadow))
+        if not isinstance(shadow, bool) and not (
+            isinstance(shadow, tuple) and all(isinstance(f, str) and f for f in shadow)
+        ):
+            raise ValueError(f"Policy.shadow must be a bool or a tuple of task families, got {shadow!r}")
+
+    @classmethod
+    def prototype(cls) -> Policy:
+        """The article's prototype's rules, exactly: two executions per call and revision, three results without
+        progress, no cycle or error-storm rule, a transient failure counted like any result.
+
+        >>> Policy.prototype().retry_transient
+        False
+        """
+        return cls(max_same_call=2, max_stalled=3, max_cycle=0, max_failures=0, retry_transient=False)
+
+    def shadows(self, family: str, environment: str | None = None) -> bool:
+        """True when the loop rules only record their verdicts for a task of ``family`` (the task's family,
+        :mod:`~agents_loopguard.values.families`; see :attr:`shadow`); ``environment`` is ``LOOPGUARD_SHADOW``'s value.
+
+        >>> Policy().shadows("ticket", "all"), Policy().shadows("ticket", "orders, ticket"), Policy().shadows("x")
+        (True, True, False)
+        """
+        if self.shadow is True:
+            return True
+        families = set(self.shadow or ())
+        if environment:
+            names = {name.strip() for name in environment.split(",") if name.strip()}
+            if names & {"all", "*"}:
+                return True
+            families |= names
+        return bool(families) and family in families

@@ -52,6 +52,20 @@ class Call:
     """The model's call id, for the trace only."""
     max_executions: int | None = None
     """The tool's own limit of executions for the whole task (``None``: only the task's budget bounds it)."""
+    volatile: tuple[str, ...] = ()
+    """Top-level arguments the tool declares as no part of the action (a timestamp, a request id): left out of the
+    call's identity, so near-duplicates are the same call; kept in the trace and passed to the tool. Never a field
+    that changes the meaning (a customer id, an amount). Comes from the tool's declaration, never from the model."""
+
+    def identity(self) -> Mapping[str, Any]:
+        """The arguments that name the action: :attr:`args` without the :attr:`volatile` ones.
+
+        >>> Call("search", {"q": "refunds", "requested_at": "10:02"}, volatile=("requested_at",)).identity()
+        {'q': 'refunds'}
+        """
+        if not self.volatile:
+            return self.args
+        return {key: value for key, value in self.args.items() if key not in self.volatile}
 
 
 def parse_call(proposal: Any) -> Call | str:
@@ -68,10 +82,12 @@ def parse_call(proposal: Any) -> Call | str:
     if type(proposal) is not dict and isinstance(proposal, Call):
         fields = (proposal.tool, proposal.args, proposal.kind, proposal.operation_id, proposal.call_id)
         limit: Any = proposal.max_executions
+        volatile: Any = proposal.volatile
     elif isinstance(proposal, Mapping):
         op = proposal.get("operation_id", proposal.get("operationId"))
         fields = (proposal.get("tool"), proposal.get("args"), proposal.get("kind"), op, proposal.get("call_id"))
         limit = proposal.get("max_executions")
+        volatile = proposal.get("volatile", ())
     else:
         return f"proposal {type(proposal).__name__} is not a mapping"
     tool, args, kind, op, call_id = fields
@@ -83,6 +99,8 @@ def parse_call(proposal: Any) -> Call | str:
         return f"kind {kind!r} is not one of {', '.join(sorted(KINDS))}"
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         return f"max_executions {limit!r} is not an int >= 0"
+    if volatile and (not isinstance(volatile, (list, tuple)) or not all(isinstance(v, str) for v in volatile)):
+        return f"volatile {type(volatile).__name__} is not a list of argument names"
     return Call(
         tool,
         args,
@@ -90,6 +108,7 @@ def parse_call(proposal: Any) -> Call | str:
         op if isinstance(op, str) else None,  # a non-string id is a missing id, as in the prototype
         call_id if isinstance(call_id, str) else None,
         limit,
+        tuple(volatile) if volatile else (),
     )
 
 

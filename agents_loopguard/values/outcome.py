@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from .canonical import redact
 
 __all__ = [
+    "LOOP_REASONS",
     "NextAction",
     "Outcome",
     "Reason",
@@ -43,7 +44,8 @@ class Status(str, Enum):
 
 
 class Reason(str, Enum):
-    """Why a run ended. The first seventeen are the article prototype's; the rest come from the adapters."""
+    """Why a run ended. The first seventeen are the article prototype's; the rest come from the adapters, the store
+    and the loop rules."""
 
     DEADLINE = "deadline"
     MODEL_BUDGET = "model_budget"
@@ -80,6 +82,10 @@ class Reason(str, Enum):
     TOOL_LIMIT = "tool_limit"
     TASK_FINISHED = "task_finished"
     """A reservation for a task another worker already ended (the worker then reports the stored outcome)."""
+    CYCLE = "cycle"
+    """A block of calls repeated without a new revision (A, B, A, B...), cut before it starts again."""
+    ERROR_STORM = "error_storm"
+    """One tool failing transiently again and again (``Policy.max_failures`` in its last ``failure_window`` runs)."""
 
     def __str__(self) -> str:
         return self.value
@@ -111,14 +117,27 @@ _BUDGET_REASONS = frozenset(
         Reason.WAIT_BUDGET,
     }
 )
-_TRANSIENT_REASONS = frozenset({Reason.EXECUTOR_EXCEPTION, Reason.TOOL_TIMEOUT, Reason.MODEL_ERROR})
+_TRANSIENT_REASONS = frozenset({Reason.EXECUTOR_EXCEPTION, Reason.TOOL_TIMEOUT, Reason.MODEL_ERROR, Reason.ERROR_STORM})
+LOOP_REASONS = frozenset(
+    {
+        Reason.SAME_CALL,
+        Reason.CYCLE,
+        Reason.NO_PROGRESS,
+        Reason.WAIT_BUDGET,
+        Reason.CURSOR_CYCLE,
+        Reason.ERROR_STORM,
+    }
+)
+"""The loop rules' reasons: what shadow mode records instead of enforcing (every other reason is enforced)."""
 
 
 def allowed_next_actions(status: Status, reason: Reason) -> list[NextAction]:
     """The next steps a status allows (the article's recovery table, in one place).
 
-    complete -> return it; partial -> deliver what is verified; transient fault without effect -> bounded retry;
-    unknown effect -> reconcile first; missing authorization -> a human, never a retry; no budget -> close.
+    complete -> return it; partial -> deliver what is verified; transient fault without effect (an error storm
+    too: the retries within the run are spent, a later one may find the service back) -> bounded retry; unknown
+    effect -> reconcile first; missing authorization -> a human, never a retry; no budget -> close; a loop (a repeated
+    call, a cycle, no progress) -> deliver what is verified, a human reviews, or close.
 
     >>> [str(a) for a in allowed_next_actions(Status.NEEDS_RECONCILIATION, Reason.UNKNOWN_COMMIT)]
     ['query_operation_status', 'human_review']

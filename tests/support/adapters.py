@@ -69,24 +69,27 @@ class Tool:
     kind: str = "read"
     operation_id: Callable[[Mapping[str, Any]], str] | None = None
     verify: Callable[[Mapping[str, Any], Any], Any] | None = None
+    retry: RetryPolicy | None = None
+    """The tool's retries of a transient failure (``None``: each adapter's default)."""
+    volatile_args: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return str(self.fn.__name__)
 
+    def declaration(self) -> dict[str, Any]:
+        """The guard declaration's keywords, the same for every adapter."""
+        declared: dict[str, Any] = {"kind": self.kind, "operation_id": self.operation_id, "verify": self.verify}
+        if self.retry is not None:
+            declared["retry"] = self.retry
+        return {**declared, "volatile_args": self.volatile_args}
+
     def for_sdk(self) -> Any:
-        return guarded_tool(self.fn, kind=self.kind, operation_id=self.operation_id, verify=self.verify)  # type: ignore[arg-type]
+        return guarded_tool(self.fn, **self.declaration())
 
     def for_raw_loop(self) -> GuardedTool:
         schema = function_tool(self.fn).params_json_schema  # the schema the SDK would send
-        return GuardedTool(
-            self.name,
-            self.fn,
-            parameters=schema,
-            kind=self.kind,  # type: ignore[arg-type]
-            operation_id=self.operation_id,
-            verify=self.verify,
-        )
+        return GuardedTool(self.name, self.fn, parameters=schema, **self.declaration())
 
 
 @dataclass(frozen=True)

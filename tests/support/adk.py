@@ -98,7 +98,7 @@ def _outputs(request: Recorded) -> dict[str, str]:
 
 
 def for_adk(tool: Tool) -> Any:
-    return guarded_tool(tool.fn, kind=tool.kind, operation_id=tool.operation_id, verify=tool.verify)  # type: ignore[arg-type]
+    return guarded_tool(tool.fn, **tool.declaration())
 
 
 def run_adk(

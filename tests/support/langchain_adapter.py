@@ -23,10 +23,7 @@ __all__ = ["run_langchain"]
 
 
 def _declared(tools: Sequence[Any]) -> dict[str, Any]:
-    return {
-        t.name: declare_tool(t.name, kind=t.kind, operation_id=t.operation_id, verify=t.verify)  # type: ignore[arg-type]
-        for t in tools
-    }
+    return {t.name: declare_tool(t.name, **t.declaration()) for t in tools}
 
 
 def run_langchain(

@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from agents_loopguard import Budget, MemoryStore, create_runner
+from agents_loopguard import Budget, MemoryStore, Policy, create_runner
 from agents_loopguard.store import Store
 from tests import prototype
 
@@ -104,6 +104,7 @@ def library_runner(sc: Scenario, store: Store, task_id: str | None = None) -> tu
         verify=verify,
         initial_revision=sc.initial_revision,
         task_id=task_id,
+        policy=Policy.prototype(),  # the prototype's own rules: Policy() cuts some loops earlier (docs/efficacy.md)
     )
     return run, executed
 

@@ -394,6 +394,11 @@ class SQLiteSteps:
         execute(cur, self.st.reopen, {"task_id": record.task_id, "now": now})
         return pause(row), transition
 
+    def label_task(self, cur: Any, transition: TransitionRecord) -> TransitionRecord:
+        self.get_task(cur, transition.task_id)  # an unknown task is refused
+        execute(cur, self.st.transition_insert, transition_params(transition))
+        return transition
+
     def recover(
         self, cur: Any, task_id: str, *, who: str, why: str, kind: str, delta: dict[str, Any], now: float
     ) -> TransitionRecord:

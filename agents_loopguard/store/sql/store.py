@@ -569,6 +569,10 @@ class SQLStore(SQLQueries, Store):
             durable=True,
         )
 
+    def label_task(self, task_id: str, label: str, *, who: str, why: str = "", now: float = 0.0) -> TransitionRecord:
+        transition = TransitionRecord.new(task_id, "label", who, why, now, decisions={"label": label})
+        return self._db.write(lambda cur: self._steps.label_task(cur, transition), durable=True)
+
     def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:
         if task_id is None:
             rows = self._db.read(lambda cur: fetch_all(cur, self._st.transitions))
