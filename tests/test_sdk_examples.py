@@ -37,11 +37,12 @@ def test_the_lost_write_is_not_sent_again() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.timeout(150)
-def test_the_dbos_example_runs_the_refund_once(postgres_url: str) -> None:
-    """The DBOS example (docs/durable.md) on the test server: the workflow run again runs no second refund."""
+def test_the_dbos_example_runs_the_refund_once(pg_schema_url: str) -> None:
+    """The DBOS example (docs/durable.md) on the test server, its store in a fresh schema (whatever an earlier
+    version left in the database's own): the workflow run again runs no second refund."""
     import os
 
-    env = {**os.environ, "LOOPGUARD_DATABASE_URL": postgres_url}
+    env = {**os.environ, "LOOPGUARD_DATABASE_URL": pg_schema_url}
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "dbos_refund.py")], capture_output=True, text=True, timeout=120, env=env
     )

@@ -123,8 +123,8 @@ def test_r21_shadow_mode_by_task_family_and_by_environment(monkeypatch: pytest.M
     """R21: ``Policy(shadow=("orders-sync",))`` shadows that family only; ``LOOPGUARD_SHADOW`` adds families (or
     ``all``) without a change of code."""
 
-    def third_search(task_id: str, policy: Policy) -> Any:
-        guard = Guard(budget=Budget(9, 9), store=MemoryStore(), task_id=task_id, policy=policy)
+    def third_search(task_id: str, policy: Policy, family: str | None = None) -> Any:
+        guard = Guard(budget=Budget(9, 9), store=MemoryStore(), task_id=task_id, policy=policy, family=family)
         for _ in range(3):
             ticket = guard.authorize(SEARCH)
             if isinstance(ticket, Verdict):
@@ -133,7 +133,8 @@ def test_r21_shadow_mode_by_task_family_and_by_environment(monkeypatch: pytest.M
         return None
 
     family = Policy(shadow=("orders-sync",))
-    assert third_search("orders-sync:evt-1", family) is None
+    assert third_search("evt-1", family, family="orders-sync") is None  # the family the run names
+    assert third_search("evt-2", family) is Reason.SAME_CALL  # the id's family, evt
     assert third_search("tickets-1", family) is Reason.SAME_CALL
     monkeypatch.setenv("LOOPGUARD_SHADOW", "tickets, refunds")
     assert third_search("tickets-1", Policy()) is None and third_search("billing-1", Policy()) is Reason.SAME_CALL

@@ -39,10 +39,12 @@ def corpus() -> list[Trajectory]:
 
 @pytest.fixture
 def store(sql_url: str, corpus: list[Trajectory]) -> Iterator[SQLStore]:
-    """The corpus's sample run through the engine with ``Policy()``, each task named ``<shape>:<id>``."""
+    """The corpus's sample run through the engine with ``Policy()``, each task named ``<shape>:<id>`` in the
+    family of its shape."""
     with SQLStore(sql_url) as opened:
         for trajectory in corpus:
-            run(trajectory, "engine", store=opened, task_id=f"{trajectory.shape}:{trajectory.id}")
+            task_id = f"{trajectory.shape}:{trajectory.id}"
+            run(trajectory, "engine", store=opened, task_id=task_id, family=trajectory.shape)
         yield opened
 
 

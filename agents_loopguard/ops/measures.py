@@ -30,6 +30,7 @@ __all__ = ["MAX_FAMILIES", "measures", "pending_count"]
 _FAMILY = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 _STATUSES = {"running", *(str(s) for s in Status)}
 _REASONS = {"", *(str(r) for r in Reason)}
+_SHADOW = "shadow:"
 _SUMS = ("tasks", "models", "model_turns", "tools", "tool_executions")
 
 
@@ -47,7 +48,8 @@ def _families(weights: Counter[str], limit: int) -> set[str]:
 
 def measures(store: Store, *, now: float | None = None, max_families: int = MAX_FAMILIES) -> dict[str, Any]:
     """The metrics' figures: ``tasks`` (by family, status and reason, with model turns and tool executions used and
-    allowed summed), ``refusals`` (by family and rule, a counter that a prune leaves), ``pauses`` (pending, and the
+    allowed summed), ``refusals`` (by family and rule, a counter that a prune leaves), ``shadow_verdicts`` (what the
+    loop rules would have refused in shadow mode, counted the same way), ``pauses`` (pending, and the
     oldest one's age in seconds) and ``unknown_writes`` (writes whose effect is unknown, and the oldest one's age)."""
     tallies = store.tallies()
     moment = clock() if now is None else now
@@ -68,14 +70,18 @@ def measures(store: Store, *, now: float | None = None, max_families: int = MAX_
         for i, name in enumerate(_SUMS):
             sums[i] += getattr(group, name)
     refusals: Counter[tuple[str, str]] = Counter()
-    for family, reason, count in tallies.refusals:
-        refusals[(family if family in kept else FAMILY_OTHER, _label(reason, _REASONS))] += count
+    shadowed: Counter[tuple[str, str]] = Counter()
+    for family, reason, count in tallies.refusals:  # a shadow verdict is counted as ``shadow:<rule>``
+        rule = reason.removeprefix(_SHADOW)
+        counter = shadowed if reason.startswith(_SHADOW) else refusals
+        counter[(family if family in kept else FAMILY_OTHER, _label(rule, _REASONS))] += count
     return {
         "tasks": [
             {"family": f, "status": s, "reason": r, **dict(zip(_SUMS, sums, strict=True))}
             for (f, s, r), sums in sorted(tasks.items())
         ],
         "refusals": [{"family": f, "reason": r, "count": n} for (f, r), n in sorted(refusals.items())],
+        "shadow_verdicts": [{"family": f, "reason": r, "count": n} for (f, r), n in sorted(shadowed.items())],
         "pauses": {"pending": tallies.pending_pauses, "oldest_age_seconds": _age(tallies.oldest_pending_pause, moment)},
         "unknown_writes": {
             "count": tallies.unknown_operations,

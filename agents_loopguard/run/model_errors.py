@@ -10,10 +10,9 @@ other 4xx: the request itself is wrong). The guarded run turns the classificatio
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Literal
-
-import openai
 
 __all__ = ["ModelFailure", "classify_model_error"]
 
@@ -75,9 +74,10 @@ def classify_model_error(error: BaseException) -> ModelFailure | None:
     >>> classify_model_error(ValueError("not an API error")) is None
     True
     """
-    if isinstance(error, openai.APIConnectionError):  # timeouts included: the request may have been served
+    openai = sys.modules.get("openai")  # not imported: the error is none of its (the operator's CLI never loads it)
+    if openai is not None and isinstance(error, openai.APIConnectionError):  # timeouts included: maybe served
         return ModelFailure("transient", True, None, True, type(error).__name__, f"{type(error).__name__}: {error}")
-    if not isinstance(error, openai.APIStatusError):
+    if openai is None or not isinstance(error, openai.APIStatusError):
         return _classify_genai_error(error)
     status = error.status_code
     detail = f"{type(error).__name__}: {error.message}"  # the message starts with "Error code: <status>"

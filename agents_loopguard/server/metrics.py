@@ -9,6 +9,8 @@ set (a task's family, status and outcome reason; never a task id or free text):
   (``running`` has no reason); a recovered task moves back to running, so this is a gauge, not a counter.
 - ``loopguard_refusals_total{family, reason}``: calls the guard refused before they ran, by rule (counted as they
   were recorded: a prune of old traces leaves it).
+- ``loopguard_shadow_verdicts_total{family, reason}``: what the loop rules would have refused in shadow mode, by
+  rule (nothing was refused; counted the same way).
 - ``loopguard_pauses_pending`` and ``loopguard_pause_oldest_age_seconds``: approvals waiting, and for how long.
 - ``loopguard_unknown_writes`` and ``loopguard_unknown_write_oldest_age_seconds``: writes whose effect is unknown
   (each blocks its task until reconciled), and how long the oldest has waited.
@@ -89,6 +91,14 @@ class StoreCollector(Collector):
         for row in figures["refusals"]:
             refusals.add_metric([row["family"], row["reason"]], row["count"])
         yield refusals
+        shadow = CounterMetricFamily(
+            "loopguard_shadow_verdicts",
+            "Would-be verdicts of the loop rules in shadow mode (nothing was refused), by rule",
+            labels=["family", "reason"],
+        )
+        for row in figures["shadow_verdicts"]:
+            shadow.add_metric([row["family"], row["reason"]], row["count"])
+        yield shadow
         pauses, unknown = figures["pauses"], figures["unknown_writes"]
         yield GaugeMetricFamily("loopguard_pauses_pending", "Approval pauses waiting for a decision", pauses["pending"])
         yield GaugeMetricFamily(

@@ -107,7 +107,7 @@ class _Task:
     def append(self, entry: TraceEntry) -> None:
         self.trace.append(entry)
         self.traced += 1
-        if entry.result_class.startswith("refused:"):
+        if entry.result_class.startswith(("refused:", "shadow:")):  # a shadow verdict keeps its prefix
             reason = entry.result_class.removeprefix("refused:")
             self.refused[reason] = self.refused.get(reason, 0) + 1
 

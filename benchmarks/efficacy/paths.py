@@ -51,11 +51,13 @@ def run(
     policy: Policy | None = None,
     store: Store | None = None,
     task_id: str | None = None,
+    family: str | None = None,
 ) -> Ran:
-    """Run ``trajectory`` on ``path`` under ``policy`` (default: ``Policy()``), in ``store`` (default: memory)."""
+    """Run ``trajectory`` on ``path`` under ``policy`` (default: ``Policy()``), in ``store`` (default: memory), as a
+    task of ``family`` (default: the one its id gives)."""
     world = World(trajectory.world)
     task = task_id or f"{path}/{trajectory.id}"
-    guard = Guard(budget=BUDGET, store=store, task_id=task, policy=policy, clock=world.now)
+    guard = Guard(budget=BUDGET, store=store, task_id=task, policy=policy, clock=world.now, family=family)
     if path == "engine":
         outcome = _engine(guard, world, trajectory, prefix=f"{task}/")
     else:

@@ -4,9 +4,10 @@
 ends (its status leaves ``running``) adds itself, one that reopens or is pruned takes itself out. Running tasks are
 not tallied (their counters move at every turn): the metrics read them through the status index.
 ``loopguard_refusals`` counts the calls refused before they ran, by family and rule, as each refusal's trace row is
-written (a prune of the trace leaves the count). On PostgreSQL the trigger functions keep the ``search_path`` they
-were created with (the store's schema), so a session on another ``search_path`` that changes the tables still finds
-them, and a group is spread over :data:`SHARDS` rows by the task id's hash, so workers that end tasks at the same
+written (a prune of the trace leaves the count), and the would-be verdicts of shadow mode under ``shadow:<rule>``.
+On PostgreSQL the trigger functions keep the ``search_path`` they were created with (the store's schema), so a
+session on another ``search_path`` that changes the tables still finds them, and a group is spread over
+:data:`SHARDS` rows by the task id's hash, so workers that end tasks at the same
 moment rarely wait on one row; SQLite has one writer at a time and one row per group.
 
 The same statements are created with the tables (a new store) and by migration 0007 (an older store).
@@ -23,6 +24,12 @@ SHARDS = 8
 
 _SUMS = "tasks, models, model_turns, tools, tool_executions"
 _TALLY_KEY = "(family, status, reason, shard)"
+_COUNTED = "(substr({r}result_class, 1, 8) = 'refused:' OR substr({r}result_class, 1, 7) = 'shadow:')"
+_REASON = (
+    "(CASE WHEN substr({r}result_class, 1, 7) = 'shadow:' THEN {r}result_class ELSE substr({r}result_class, 9) END)"
+)
+"""A refusal's rule (``refused:same_call`` counts as ``same_call``); a shadow verdict keeps its prefix
+(``shadow:same_call``), so the two counters share one table and one trigger."""
 _ADD = ", ".join(f"{c} = {{t}}{c} + excluded.{c}" for c in _SUMS.split(", "))
 
 
@@ -45,9 +52,9 @@ SQLITE = (
     "CREATE TRIGGER loopguard_tasks_tally_delete AFTER DELETE ON loopguard_tasks WHEN OLD.status <> 'running' "
     f"BEGIN {_sqlite_tally('OLD', '-')} END",
     "CREATE TRIGGER loopguard_trace_refusal AFTER INSERT ON loopguard_trace "
-    "WHEN substr(NEW.result_class, 1, 8) = 'refused:' BEGIN INSERT INTO loopguard_refusals "
+    f"WHEN {_COUNTED.format(r='NEW.')} BEGIN INSERT INTO loopguard_refusals "
     "(family, reason, shard, count) SELECT COALESCE((SELECT family FROM "
-    "loopguard_tasks WHERE task_id = NEW.task_id), 'other'), substr(NEW.result_class, 9), 0, 1 WHERE true "
+    f"loopguard_tasks WHERE task_id = NEW.task_id), 'other'), {_REASON.format(r='NEW.')}, 0, 1 WHERE true "
     "ON CONFLICT (family, reason, shard) DO UPDATE SET count = count + 1; END",
 )
 
@@ -77,11 +84,11 @@ POSTGRES = (
     "CREATE OR REPLACE FUNCTION loopguard_refusal() RETURNS trigger LANGUAGE plpgsql "
     "SET search_path FROM CURRENT AS $$ BEGIN "
     "INSERT INTO loopguard_refusals AS r (family, reason, shard, count) VALUES (COALESCE((SELECT family FROM "
-    "loopguard_tasks WHERE task_id = NEW.task_id), 'other'), substr(NEW.result_class, 9), "
+    f"loopguard_tasks WHERE task_id = NEW.task_id), 'other'), {_REASON.format(r='NEW.')}, "
     f"hashtext(NEW.task_id) & {SHARDS - 1}, 1) ON CONFLICT (family, reason, shard) DO UPDATE SET count = r.count + 1; "
     "RETURN NULL; END $$",
     "CREATE TRIGGER loopguard_trace_refusal AFTER INSERT ON loopguard_trace FOR EACH ROW "
-    "WHEN (substr(NEW.result_class, 1, 8) = 'refused:') EXECUTE FUNCTION loopguard_refusal()",
+    f"WHEN ({_COUNTED.format(r='NEW.')}) EXECUTE FUNCTION loopguard_refusal()",
 )
 
 
@@ -110,9 +117,9 @@ def fill_statements(dialect: str) -> tuple[str, str]:
     )
     refusals = (
         "INSERT INTO loopguard_refusals (family, reason, shard, count) SELECT COALESCE(t.family, 'other'), "
-        f"substr(r.result_class, 9), {shard.format('r.')}, count(*) FROM loopguard_trace r LEFT JOIN loopguard_tasks t "
-        "ON t.task_id = r.task_id WHERE substr(r.result_class, 1, 8) = 'refused:' "
-        f"GROUP BY COALESCE(t.family, 'other'), substr(r.result_class, 9){by.format('r.')}"
+        f"{_REASON.format(r='r.')}, {shard.format('r.')}, count(*) FROM loopguard_trace r LEFT JOIN loopguard_tasks t "
+        f"ON t.task_id = r.task_id WHERE {_COUNTED.format(r='r.')} "
+        f"GROUP BY COALESCE(t.family, 'other'), {_REASON.format(r='r.')}{by.format('r.')}"
     )
     return tallies, refusals
 
