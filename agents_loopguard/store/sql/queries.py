@@ -285,9 +285,11 @@ _ENDED_SQL = ", ".join(f"'{s}'" for s in ENDED)
 _PRUNABLE = (
     f"t.status IN ({_ENDED_SQL}) AND t.created_at < :fb AND t.updated_at < :fb "
     f"AND NOT EXISTS (SELECT 1 FROM {_P} p WHERE p.task_id = t.task_id AND p.status IN ('pending', 'decided')) "
-    f"AND NOT EXISTS (SELECT 1 FROM {_O} o WHERE o.task_id = t.task_id AND o.state = '{UNKNOWN}')"
+    f"AND NOT EXISTS (SELECT 1 FROM {_O} o WHERE o.task_id = t.task_id AND {{plus}}o.state = '{UNKNOWN}')"
 )
-"""A task a prune may remove: ended before the cutoff, not paused, no write of unknown effect."""
+"""A task a prune may remove: ended before the cutoff, not paused, no write of unknown effect. On SQLite a unary
+``+`` keeps the operations' lookup on the task index: on the state index it read every unknown operation's row for
+each task it checked (2.2 s for a batch of 500 at 10^6 tasks with 1,000 unknown writes; 2 ms on the task index)."""
 _SETTLED = (
     f"o.state IN ('{SETTLED[0]}', '{SETTLED[1]}') AND o.created_at < :sb AND o.updated_at < :sb "
     f"AND NOT EXISTS (SELECT 1 FROM {_T} t WHERE t.task_id = o.task_id"
@@ -309,8 +311,9 @@ def _prune_statements(owner: SQLQueries, postgres: bool) -> dict[str, Compiled]:
     """The prune's statements for the store's dialect (compiled once per store)."""
     ids = _IDS_MARK  # the batch's ids, written in when it runs (see _ids)
     plus = "" if postgres else "+"
+    prunable = _PRUNABLE.format(plus=plus)
     texts = {
-        "pick": f"SELECT t.task_id FROM {_T} t WHERE {_PRUNABLE} LIMIT :n",
+        "pick": f"SELECT t.task_id FROM {_T} t WHERE {prunable} LIMIT :n",
         "delete_tasks": (  # SQLite: a unary + keeps the planner on the key (not the status index, every task)
             f"DELETE FROM {_T} WHERE task_id {ids} AND {plus}status IN ({_ENDED_SQL}) AND {plus}updated_at < :fb "
             "RETURNING task_id"
@@ -322,14 +325,14 @@ def _prune_statements(owner: SQLQueries, postgres: bool) -> dict[str, Compiled]:
         "delete_activations": (
             f"DELETE FROM {_A} WHERE ordinal IN (SELECT a.ordinal FROM {_A} a WHERE {_OLD_ACTIVATION}) LIMIT :n)"
         ),
-        "count_tasks": f"SELECT count(*) AS n FROM {_T} t WHERE {_PRUNABLE}",
+        "count_tasks": f"SELECT count(*) AS n FROM {_T} t WHERE {prunable}",
         **{
             f"count_{kind}": f"SELECT count(*) AS n FROM {table} WHERE task_id IN "
-            f"(SELECT t.task_id FROM {_T} t WHERE {_PRUNABLE})"
+            f"(SELECT t.task_id FROM {_T} t WHERE {prunable})"
             for kind, table in DEPENDENTS.items()
         },
-        "count_operations": f"SELECT count(*) AS n FROM {_O} o WHERE {_SETTLED} AND NOT ({_PRUNABLE}))",
-        "count_activations": f"SELECT count(*) AS n FROM {_A} a WHERE {_OLD_ACTIVATION} AND NOT ({_PRUNABLE}))",
+        "count_operations": f"SELECT count(*) AS n FROM {_O} o WHERE {_SETTLED} AND NOT ({prunable}))",
+        "count_activations": f"SELECT count(*) AS n FROM {_A} a WHERE {_OLD_ACTIVATION} AND NOT ({prunable}))",
     }
     return {name: owner._compiled(("prune", name), _text(text)) for name, text in texts.items()}
 
