@@ -17,7 +17,7 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import InjectedState
 
-from agents_loopguard import Budget, MemoryStore, OperationState, Reason, Status
+from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Reason, Status
 from agents_loopguard.langchain import LoopGuardMiddleware, outcome_of
 from agents_loopguard.langchain.testing import ScriptedChatModel, calls
 from agents_loopguard.run import RetryPolicy, declare_tool
@@ -327,6 +327,20 @@ def test_without_conversation_a_thread_answers_every_later_message_with_its_outc
     assert outcome is not None and (outcome.reason, outcome.used.models) == (Reason.UNVERIFIED_FINAL, 1)
     assert len(model.requests) == 1 and store.transitions("t-once") == []
     assert again["messages"][-1].content.startswith("Stopped by loopguard (partial/unverified_final)")
+
+
+def test_a_guard_object_given_is_never_reopened_nor_left_running() -> None:
+    """``guard=`` (a ``Guard`` object, its outcome sticky in memory): a second message on its task is answered with
+    that outcome; the stored task is not reopened behind it (it would be left running with nothing running it)."""
+    store = MemoryStore()
+    model = ScriptedChatModel(["Hello.", "never sent"])
+    given = Guard(budget=Budget(model_turns=5, tool_executions=2), store=store, task_id="t-guard")
+    agent = create_agent(model, tools=[], middleware=[LoopGuardMiddleware(guard=given)])
+    ask(agent, configurable={"thread_id": "t-guard"})
+    ask(agent, "again", configurable={"thread_id": "t-guard"})
+    stored = store.task("t-guard")
+    assert stored is not None and stored.outcome is not None and store.transitions("t-guard") == []
+    assert len(model.requests) == 1
 
 
 def test_a_task_the_guard_ended_stays_ended_until_an_operator_recovers_it() -> None:
