@@ -39,7 +39,7 @@ CONFIG = """
 command = {command}
 name = "payments"
 trusted = true
-undeclared = ["lookup"]
+unguarded = {{ lookup = "an invoice lookup" }}
 
 [task]
 by = "fixed"

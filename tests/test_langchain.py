@@ -289,28 +289,84 @@ def test_five_outcomes_are_distinct_through_the_fake_chat_model() -> None:
     assert statuses == set(Status)
 
 
-def test_a_task_that_ended_stays_ended_and_the_threads_next_message_is_a_run_of_its_own() -> None:
-    """R11 and issue 26 item 5: the thread's task is sticky (its outcome stands, nothing of it runs again), and a new
-    message on the thread is a run of its own (``<thread>#2``), under what the thread's budget leaves. It used to
-    send nothing and return the user's own message."""
+def test_a_thread_is_one_task_each_message_a_run_of_its_own_under_the_threads_budget() -> None:
+    """Issue 26 item 5: messages 2 and 3 on a thread used to send nothing and return the user's own message. The
+    thread is one task: a run that ended with an answer is reopened by the next message (a recorded ``message``
+    transition, the counters going on), so the thread's budget bounds the whole conversation."""
+    store = MemoryStore()
+    model = ScriptedChatModel([calls(("search", {"query": "x"})), "Found x.", "It is from 2020.", "never sent"])
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=3, tool_executions=3), store=store, tools=DECLARED)
+    agent = create_agent(model, tools=[search], middleware=[guard])
+    seen = []
+    for text in ("find x", "how old is it?", "thanks"):
+        result = ask(agent, text, configurable={"thread_id": "t-chat"})
+        outcome = guard.outcome(result)
+        assert outcome is not None and outcome.task_id == "t-chat"
+        seen.append((outcome.status, outcome.reason, outcome.used.models, result["messages"][-1].content))
+    assert seen[:2] == [
+        (Status.PARTIAL, Reason.UNVERIFIED_FINAL, 2, "Found x."),
+        (Status.PARTIAL, Reason.UNVERIFIED_FINAL, 3, "It is from 2020."),
+    ]
+    assert seen[2][:3] == (Status.STOPPED, Reason.MODEL_BUDGET, 3)  # the thread's budget holds, and it says so
+    assert seen[2][3].startswith("Stopped by loopguard (stopped/model_budget)")
+    assert len(model.requests) == 3 and ran == ["search-x"]
+    assert [t.task_id for t in store.tasks()] == ["t-chat"]
+    assert [t.kind for t in store.transitions("t-chat")] == ["message", "message"]
+
+
+def test_without_conversation_a_thread_answers_every_later_message_with_its_outcome() -> None:
+    """``conversation=False`` (as ADK's plugin): the thread's task is not reopened; the next message sends nothing,
+    is answered with the task's outcome, and nothing is recorded."""
+    store = MemoryStore()
+    model = ScriptedChatModel(["Hello.", "never sent"])
+    guard = LoopGuardMiddleware(budget=Budget(model_turns=5, tool_executions=2), store=store, conversation=False)
+    agent = create_agent(model, tools=[], middleware=[guard])
+    ask(agent, configurable={"thread_id": "t-once"})
+    again = ask(agent, "again", configurable={"thread_id": "t-once"})
+    outcome = guard.outcome(again)
+    assert outcome is not None and (outcome.reason, outcome.used.models) == (Reason.UNVERIFIED_FINAL, 1)
+    assert len(model.requests) == 1 and store.transitions("t-once") == []
+    assert again["messages"][-1].content.startswith("Stopped by loopguard (partial/unverified_final)")
+
+
+def test_a_guard_object_given_is_never_reopened_nor_left_running() -> None:
+    """``guard=`` (a ``Guard`` object, its outcome sticky in memory): a second message on its task is answered with
+    that outcome; the stored task is not reopened behind it (it would be left running with nothing running it)."""
+    store = MemoryStore()
+    model = ScriptedChatModel(["Hello.", "never sent"])
+    given = Guard(budget=Budget(model_turns=5, tool_executions=2), store=store, task_id="t-guard")
+    agent = create_agent(model, tools=[], middleware=[LoopGuardMiddleware(guard=given)])
+    ask(agent, configurable={"thread_id": "t-guard"})
+    ask(agent, "again", configurable={"thread_id": "t-guard"})
+    stored = store.task("t-guard")
+    assert stored is not None and stored.outcome is not None and store.transitions("t-guard") == []
+    assert len(model.requests) == 1
+
+
+def test_a_task_the_guard_ended_stays_ended_until_an_operator_recovers_it() -> None:
+    """R11: a thread's task the guard stopped (here ``same_call``) is sticky: the next message runs nothing and is
+    answered with the stop; ``loopguard recover`` (an operator's recorded decision) lets the thread go on, its
+    counters never reset."""
+    from agents_loopguard.ops.operator import recover_task
+
     store = MemoryStore()
     model = ScriptedChatModel([calls(("search", {"query": "x"}))] * 3 + ["Here is what I found."])
     guard = LoopGuardMiddleware(budget=Budget(model_turns=10, tool_executions=10), store=store, tools=DECLARED)
     agent = create_agent(model, tools=[search], middleware=[guard])
     first = ask(agent, configurable={"thread_id": "t-sticky"})
     assert first["messages"][-1].content.startswith("Stopped by loopguard (stopped/same_call)")  # it says why
+    held = ask(agent, "what did you find?", configurable={"thread_id": "t-sticky"})
+    assert held["messages"][-1].content.startswith("Stopped by loopguard (stopped/same_call)")
+    assert len(model.requests) == 3 and store.transitions("t-sticky") == []
+    recover_task(store, "t-sticky", who="lead", why="the search is fixed")
     again = guard.outcome(ask(agent, "what did you find?", configurable={"thread_id": "t-sticky"}))
-    assert again is not None and (again.task_id, again.reason) == ("t-sticky#2", Reason.UNVERIFIED_FINAL)
-    assert again.final_output == "Here is what I found." and len(model.requests) == 4
-    stored = Guard(budget=Budget(10, 10), store=store, task_id="t-sticky").outcome
-    assert stored is not None and stored.reason is Reason.SAME_CALL  # the first task's outcome stands
-    second = store.task("t-sticky#2")
-    assert second is not None and second.budget.model_turns == 7  # 10, less the 3 the first run used
+    assert again is not None and (again.task_id, again.reason) == ("t-sticky", Reason.UNVERIFIED_FINAL)
+    assert again.final_output == "Here is what I found." and len(model.requests) == 4 and again.used.models == 4
 
 
 def test_a_thread_an_operator_stopped_holds_and_says_why() -> None:
-    """R3: a stop mark set on the thread's task after its run ended holds the thread: the next message runs nothing
-    and is answered with the stop."""
+    """R3: a stop mark set on the thread's task after its run ended holds the thread: the next message sends
+    nothing and is answered with the stop."""
     store = MemoryStore()
     model = ScriptedChatModel(["Hello.", "never sent"])
     guard = LoopGuardMiddleware(budget=Budget(model_turns=5, tool_executions=2), store=store)
@@ -318,7 +374,8 @@ def test_a_thread_an_operator_stopped_holds_and_says_why() -> None:
     ask(agent, configurable={"thread_id": "t-held"})
     store.request_stop("t-held", "operator")
     held = ask(agent, "again", configurable={"thread_id": "t-held"})
-    assert len(model.requests) == 1 and held["messages"][-1].content.startswith("Stopped by loopguard")
+    assert len(model.requests) == 1
+    assert held["messages"][-1].content.startswith("Stopped by loopguard (stopped/stop_requested)")
     assert [t.task_id for t in store.tasks()] == ["t-held"]
 
 

@@ -38,13 +38,15 @@ def write_config(
     task: str = 'by = "fixed"\nid = "payments-run"',
     budget: int = 6,
     tools: str = PAY,
-    undeclared: tuple[str, ...] = ("lookup",),
+    unguarded: tuple[str, ...] = ("lookup",),
 ) -> Path:
     command = [sys.executable, "-m", "tests.support.mcp_upstream", "--log", str(folder / "calls.jsonl")]
     command += ["--effects", str(folder / "effects.jsonl"), *upstream]
+    opted_out = ", ".join(f'{name} = "an invoice lookup"' for name in unguarded)
     text = (
         f'[upstream]\ncommand = {json.dumps(command)}\nname = "payments"\ntrusted = true\n'
-        f"undeclared = {json.dumps(list(undeclared))}\n\n[task]\n{task}\n\n[budget]\ntool_executions = {budget}\n\n"
+        f"unguarded = {{ {opted_out} }}\n\n"
+        f"[task]\n{task}\n\n[budget]\ntool_executions = {budget}\n\n"
         f"{tools}"
     )
     path = folder / "proxy.toml"
@@ -179,7 +181,7 @@ def test_a_killed_proxy_restarted_keeps_the_unknown_write_unknown(tmp_path: Path
 
 
 def test_an_undeclared_write_stops_the_proxy_at_start_with_the_declaration_to_add(tmp_path: Path) -> None:
-    config = write_config(tmp_path, undeclared=())
+    config = write_config(tmp_path, unguarded=())
     url = f"sqlite:///{tmp_path / 'store.db'}"
     done = subprocess.run(
         [sys.executable, "-m", "agents_loopguard", "--db", url, "mcp", str(config)],

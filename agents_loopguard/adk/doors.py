@@ -5,8 +5,9 @@ ADK gives a tool body or a model request paths that no callback of the plugin se
 * a model client that retries inside one call (``Gemini(retry_options=...)``, ``retry_options`` in the client's or
   the agent's ``http_options``): the attempts after the first would leave unreserved;
 * a hosted tool (``google_search``, ``url_context``, Vertex AI search, a built-in code executor...) or a local code
-  executor: the model's server, or ADK itself, runs it without a tool call the plugin sees; declaring it by name
-  (``tools={"google_search": declare_tool("google_search")}``) is the explicit opt-out;
+  executor: the model's server, or ADK itself, runs it without a tool call the plugin sees; the explicit opt-out is
+  the one of every adapter, ``RunOptions.unguarded`` (``unguarded={"google_search": "why"}``; a code executor by the
+  name ``code_executor``), recorded in the task's trace by each run that offers it;
 * an ``AgentTool(..., include_plugins=False)``: the nested agent runs without the plugin;
 * a live (bidirectional) run (``Runner.run_live``, ``RunConfig(support_cfc=True)``): one connection carries many
   model turns and tool calls;
@@ -18,6 +19,8 @@ ADK gives a tool body or a model request paths that no callback of the plugin se
 >>> agent = LlmAgent(name="researcher", model="gemini-2.5-flash", tools=[google_search])
 >>> print(next(unreachable_tools(agent, {})))  # doctest: +ELLIPSIS
 agent 'researcher': tool 'google_search' runs inside the model's server (a hosted tool)...
+>>> [name for name, _ in outside_tools(agent)]
+['google_search']
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.agent_tool import AgentTool
 from google.adk.tools.base_tool import BaseTool
 
-from ..run import ToolSpec
 from .wire import agents
 
-__all__ = ["CODE_EXECUTOR", "client_retries", "early_plugins", "live_run", "unreachable_tools"]
+__all__ = ["CODE_EXECUTOR", "client_retries", "early_plugins", "live_run", "outside_tools", "unreachable_tools"]
 
 CODE_EXECUTOR = "code_executor"
-"""The name an agent's code executor is declared by to opt it out (``tools={"code_executor": declare_tool(...)}``)."""
+"""The name an agent's code executor is opted out by (``unguarded={"code_executor": "why"}``)."""
+_HOSTED = "a hosted tool: it runs inside the model's server or ADK's request, with no tool call the guard sees"
+_EXECUTOR = "a code executor: it runs the code the model writes with no tool call the guard sees"
 
 _ANSWERING = (
     "before_model_callback",
@@ -70,9 +74,20 @@ def client_retries(root: BaseAgent) -> Iterator[str]:
             yield f"agent {agent.name!r}: its requests retry inside one call (generate_content_config.http_options)"
 
 
-def unreachable_tools(root: BaseAgent, declared: Mapping[str, ToolSpec]) -> Iterator[str]:
-    """The hosted tools and code executors of the agents a run of ``root`` reaches that nobody opted out (declared by
-    name in ``declared``): their bodies run where no callback of the plugin is."""
+def outside_tools(root: BaseAgent) -> Iterator[tuple[str, str]]:
+    """``(name, what it is)`` of each hosted tool and code executor of the agents a run of ``root`` reaches: bodies
+    no callback of the plugin sees (a run admits each one ``RunOptions.unguarded`` opts out, recording it)."""
+    for agent in agents(root):
+        for tool in getattr(agent, "tools", None) or []:
+            if isinstance(tool, BaseTool) and _hosted(tool):
+                yield tool.name, _HOSTED
+        if getattr(agent, "code_executor", None) is not None:
+            yield CODE_EXECUTOR, _EXECUTOR
+
+
+def unreachable_tools(root: BaseAgent, unguarded: Mapping[str, str]) -> Iterator[str]:
+    """The doors of the agents a run of ``root`` reaches whose bodies no callback of the plugin sees and nobody opted
+    out (``unguarded``): hosted tools, code executors, an ``AgentTool`` without the plugin."""
     for agent in agents(root):
         for tool in getattr(agent, "tools", None) or []:
             if isinstance(tool, AgentTool) and not tool.include_plugins:
@@ -81,18 +96,18 @@ def unreachable_tools(root: BaseAgent, declared: Mapping[str, ToolSpec]) -> Iter
                     "without the guard's plugin, its model requests unreserved: keep include_plugins=True (the "
                     "default), so the nested run shares this task's budget"
                 )
-            if isinstance(tool, BaseTool) and tool.name not in declared and _hosted(tool):
+            if isinstance(tool, BaseTool) and tool.name not in unguarded and _hosted(tool):
                 yield (
                     f"agent {agent.name!r}: tool {tool.name!r} runs inside the model's server (a hosted tool) or "
-                    "ADK's request, never through a tool call the guard could reserve: remove it, or opt it out "
-                    f"explicitly by declaring it by name (tools={{{tool.name!r}: declare_tool({tool.name!r})}}; "
-                    "its work is then counted only as the model request that carries it)"
+                    "ADK's request, never through a tool call the guard could reserve (a declaration does not reach "
+                    f'it): remove it, or opt it out explicitly with why: unguarded={{{tool.name!r}: "why"}} '
+                    "(recorded in the task's trace; its work is counted only as the model request that carries it)"
                 )
-        if getattr(agent, "code_executor", None) is not None and CODE_EXECUTOR not in declared:
+        if getattr(agent, "code_executor", None) is not None and CODE_EXECUTOR not in unguarded:
             yield (
                 f"agent {agent.name!r}: its code executor runs the code the model writes without a tool call the "
                 "guard could reserve: give the agent a guarded tool that runs code instead, or opt it out "
-                f"explicitly (tools={{{CODE_EXECUTOR!r}: declare_tool({CODE_EXECUTOR!r})}})"
+                f'explicitly with why: unguarded={{{CODE_EXECUTOR!r}: "why"}} (recorded in the task\'s trace)'
             )
 
 

@@ -4,7 +4,7 @@ ADK's ``McpTool`` calls the server's ``call_tool`` once in its ``run_async`` (AD
 the plugin's ``before_tool_callback`` is the last point before the body, as for any ADK tool: a tool declared by
 name (the plugin's ``tools=``, or ``RunOptions.tools``) is guarded as declared. An undeclared one is a read only
 when a trusted server annotates it ``readOnlyHint: true`` (ADK names no server: a toolset is known by its
-``tool_name_prefix``, the name to put in ``mcp_trusted``) or when the user opts it out (``undeclared_tools``); any
+``tool_name_prefix``, the name to put in ``mcp_trusted``) or when the user opts it out (``unguarded=``); any
 other is a possible write. When the run starts, the plugin lists every ``McpToolset`` of the agent tree and
 refuses the run if one lists such a tool; a tool a server adds later is refused when called (the model reads why).
 """

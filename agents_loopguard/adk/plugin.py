@@ -182,6 +182,7 @@ class LoopGuardPlugin(BasePlugin):
             return _said(_ended(run.guard.outcome))
         if root is not None:
             self._check(run, root)
+            _admit_outside(run, root)
             refusals = await listing_refusals(run, root, invocation_context, self.options.tools)
             if refusals:  # an MCP server lists tools that may change the world and nobody declared
                 raise ValueError("; ".join(refusals))
@@ -200,6 +201,7 @@ class LoopGuardPlugin(BasePlugin):
         if isinstance(context.agent, BaseAgent):
             self._refuse_doors(context.agent, None)
             self._check(parent.run, context.agent)
+            _admit_outside(parent.run, context.agent)
         state = Invocation(parent.run, context.session.id, parent=parent)
         self._invocations[context.invocation_id] = state
         ACTIVE.set(state)
@@ -222,7 +224,7 @@ class LoopGuardPlugin(BasePlugin):
                 f"{where}, unseen by the guard, so those requests could not be reserved: pass retry_options=None "
                 "(every request the guard sees is counted; a failed one ends the run with its verdict)"
             )
-        for refused in doors.unreachable_tools(root, declared):
+        for refused in doors.unreachable_tools(root, self.options.unguarded):
             raise ValueError(refused)
         if context is None:
             return
@@ -490,6 +492,13 @@ def _ended(outcome: Outcome) -> str:
 def _said(text: str) -> types.Content:
     """What an invocation that runs nothing answers."""
     return types.Content(role="model", parts=[types.Part(text=text)])
+
+
+def _admit_outside(run: GuardedRun, root: BaseAgent) -> None:
+    """Record (once per run) each hosted tool and code executor the application opted out (``unguarded=``):
+    :meth:`~agents_loopguard.run.GuardedRun.admit`, after :meth:`LoopGuardPlugin._refuse_doors` refused the rest."""
+    for name, what in doors.outside_tools(root):
+        run.admit(name, what, "remove it")
 
 
 def _who(options: RunOptions, context: InvocationContext) -> str:

@@ -71,35 +71,22 @@ class Ending:
         )
         self.store.append_trace(self.task_id, entry)
 
-    def record_undeclared(self, tool: str) -> None:
-        """Trace that ``tool`` runs undeclared by the user's explicit opt-out (``undeclared_tools``): an operator
-        sees which tools ran without a declaration.
-
-        >>> from agents_loopguard import Budget, Guard, MemoryStore
-        >>> store = MemoryStore()
-        >>> Guard(budget=Budget(1, 1), store=store, task_id="t-undeclared").record_undeclared("ping")
-        >>> [(e.tool, e.result_class) for e in store.trace("t-undeclared")]
-        [('ping', 'undeclared')]
-        """
-        used = self.used
-        entry = TraceEntry("tool", tool, None, "undeclared", self.revision, used.models, used.tools, at=self.now())
-        self.store.append_trace(self.task_id, entry)
-
-    def record_outside(self, tool: str, why: str) -> None:
-        """Trace that ``tool`` runs outside the guard in this run, and why (an opt-out of the application, which
-        operators see in the task's timeline as ``kind="unguarded"``).
+    def record_unguarded(self, tool: str, why: str, *, result_class: str = "outside") -> None:
+        """Trace that ``tool`` runs by the application's opt-out (``RunOptions.unguarded``), and why: an entry of
+        kind ``unguarded``, never a tool execution (``result_class``: ``outside``, a body the guard cannot reach;
+        ``undeclared``, a body it reserves as a read nobody verifies). Operators see it in the task's timeline.
 
         >>> from agents_loopguard import Budget, Guard, MemoryStore
         >>> guard = Guard(budget=Budget(1, 1), store=MemoryStore(), task_id="t-outside")
-        >>> guard.record_outside("web_search", "read-only search at the provider")
-        >>> [(e.kind, e.tool, e.args) for e in guard.store.trace("t-outside")]
-        [('unguarded', 'web_search', {'why': 'read-only search at the provider'})]
+        >>> guard.record_unguarded("web_search", "read-only search at the provider")
+        >>> [(e.kind, e.tool, e.args, e.result_class) for e in guard.store.trace("t-outside")]
+        [('unguarded', 'web_search', {'why': 'read-only search at the provider'}, 'outside')]
         """
         entry = TraceEntry(
             kind="unguarded",
             tool=tool,
             args=self.storable({"why": why}),
-            result_class="outside",
+            result_class=result_class,
             revision=self.revision,
             models=self.used.models,
             tools=self.used.tools,

@@ -2,9 +2,11 @@
 
 Every rule is the guarded run's (:mod:`agents_loopguard.run`); this module maps LangChain's hooks onto it:
 
-* ``before_agent`` starts the run under the thread's task: each new message after a run ended is a run of its
-  own, under what the thread's budget leaves (:mod:`agents_loopguard.run.conversations`); a thread that holds (a
-  pause waiting, an unknown write, an operator's stop, no budget left) answers why and runs nothing;
+* ``before_agent`` starts the run under the thread's task (one task per thread, its budget bounding the whole
+  conversation): a new message after a run that ended with an answer reopens it by a recorded ``message``
+  transition, its counters going on (:mod:`agents_loopguard.ops.conversations`, as ADK's sessions); a task the
+  guard ended (a budget, a loop, a pause waiting, an unknown write, an operator's stop) answers why and runs
+  nothing;
 * ``wrap_model_call`` answers for the model once the guard decided (a message that says why: the agent ends,
   nothing is sent), else hands the request down with its chat model guarded at the body (:mod:`.bodies`): every
   call of the model, by any layer, is a request of the guarded run, each attempt reserved before it leaves, with
@@ -33,6 +35,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 from typing_extensions import Unpack
 
+from ..ops.conversations import continue_conversation
 from ..run import (
     Ending,
     Executed,
@@ -46,7 +49,6 @@ from ..run import (
     perform_check,
     perform_check_async,
 )
-from ..run.conversations import next_run_options
 from ..run.requests import Failed
 from ..run.retry import RetryPolicy
 from ..run.state import refusal_message
@@ -218,14 +220,14 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         return scope
 
     def _start_thread(self) -> Scope:
-        """The run of a new invocation: the thread's next run (a task of its own once the last one ended), or the
-        one fixed task (``guard=`` or ``task_id=``)."""
-        thread = self._thread() if self.options.guard is None and self.options.task_id is None else None
-        if thread is None:
-            return self.start(self._task_id(None))
-        opts, _ = next_run_options(self.options, thread)
-        assert opts.task_id is not None
-        return self.start(opts.task_id, opts)
+        """The run of a new invocation (a new message) on its task: the thread's (or ``task_id=``), reopened when
+        its last run ended with an answer (``conversation=``)."""
+        task_id = self._task_id(None)
+        if self.options.conversation:
+            options = LangChainOptions.merge(self.options, {"task_id": task_id})
+            who = options.who or "a LangGraph thread's new message"
+            continue_conversation(options, who=who, why=f"a new message on thread {task_id}")
+        return self.start(task_id)
 
     def scope(self, state: Mapping[str, Any] | None) -> Scope:
         """The run of the invocation that ``state`` belongs to (started here when this process has none: a resume

@@ -32,6 +32,11 @@ class LangChainOptions(RunOptions):
     task is the LangGraph thread (``config["configurable"]["thread_id"]``; ``configurable["task_id"]`` names
     another one), and a run without a thread is a task of its own."""
 
+    conversation: bool = True
+    """A new message on a thread whose last run ended with an answer reopens its task (a recorded ``message``
+    transition, the counters going on: the budget bounds the whole thread). ``False``: the task answers every
+    later message with its outcome."""
+
     tools: Mapping[str, ToolSpec] = field(default_factory=dict)
     """The guard's declaration of each tool, by tool name (:func:`~agents_loopguard.run.declare_tool`: a write's
     ``operation_id``, ``verify``, retries, ``max_executions``). An undeclared tool is guarded as a read without
@@ -55,6 +60,7 @@ class LangChainOptions(RunOptions):
 class LangChainFields(RunFields, total=False):
     """The fields of :class:`LangChainOptions` as keyword arguments of the middleware."""
 
+    conversation: bool
     tool_choice: Any
     reset_forced_function: bool
     model_retry: RetryPolicy | None

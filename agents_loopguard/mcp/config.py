@@ -6,7 +6,7 @@
     command = ["python", "payments_server.py"]   # a stdio server the proxy starts; or url = "http://.../mcp"
     name = "payments"                            # how tasks and refusals name this server
     trusted = false                              # true: its readOnlyHint: true relaxes the default (a read)
-    undeclared = []                              # tools let run undeclared (the explicit opt-out, recorded)
+    unguarded = {}                               # tools let run undeclared, each with why: { ping = "..." }
 
     [task]
     by = "session"              # or "header" (header = "..."), "argument" (argument = "..."), "fixed" (id = "...")
@@ -88,8 +88,9 @@ class ProxyConfig:
     tools: Mapping[str, ToolSpec] = field(default_factory=dict)
     approvals: frozenset[str] = frozenset()
     """Declared tools whose every new call waits for an operator's approval."""
-    undeclared: frozenset[str] = frozenset()
-    """Tools the operator lets run undeclared (``[upstream] undeclared``: the explicit opt-out, traced)."""
+    unguarded: Mapping[str, str] = field(default_factory=dict)
+    """Tools the operator lets run undeclared, each with why (``[upstream] unguarded``: the explicit opt-out,
+    ``RunOptions.unguarded``, each run recorded in the task's trace)."""
 
 
 def load_config(path: str | Path) -> ProxyConfig:
@@ -114,9 +115,11 @@ def parse_config(data: Mapping[str, Any]) -> ProxyConfig:
         raise ConfigError(f"unknown section {unknown[0]!r} (known: upstream, task, budget, policy, tools)")
     tools, approvals = _tools(_table(data, "tools"))
     upstream = _table(data, "upstream", required=True)
-    undeclared = upstream.pop("undeclared", [])
-    if not isinstance(undeclared, list) or not all(isinstance(n, str) and n for n in undeclared):
-        raise ConfigError('[upstream] undeclared: a list of tool names, e.g. undeclared = ["ping"]')
+    unguarded = upstream.pop("unguarded", {})
+    if not isinstance(unguarded, dict) or not all(
+        isinstance(n, str) and n and isinstance(why, str) and why.strip() for n, why in unguarded.items()
+    ):
+        raise ConfigError('[upstream] unguarded: tool names, each with why: unguarded = { ping = "a health check" }')
     return ProxyConfig(
         upstream=_upstream(upstream),
         task=_task(_table(data, "task")),
@@ -124,7 +127,7 @@ def parse_config(data: Mapping[str, Any]) -> ProxyConfig:
         policy=_policy(_table(data, "policy")),
         tools=tools,
         approvals=approvals,
-        undeclared=frozenset(undeclared),
+        unguarded=dict(unguarded),
     )
 
 

@@ -82,13 +82,13 @@ class GuardedProxy:
             on_refusal="continue",
             tools=config.tools,
             mcp_trusted=(config.upstream.name,) if config.upstream.trusted else (),
-            undeclared_tools=config.undeclared,
+            unguarded=config.unguarded,
         )
 
     # --- the tools ------------------------------------------------------------------------------------------
 
     def judge(self, tool: str, run: GuardedRun | None = None) -> ToolSpec | NotDeclared:
-        """What the guard makes of ``tool`` as the upstream last listed it (in ``run``: an opt-out is traced)."""
+        """What the guard makes of ``tool`` as the upstream last listed it."""
         server, annotations = self.config.upstream.name, self.annotations.get(tool)
         if run is not None:
             return run.listed_tool(tool, annotations, server=server)
@@ -113,8 +113,8 @@ class GuardedProxy:
         return (
             f"MCP tool {name!r} (server {self.config.upstream.name!r}) is not declared and is not annotated "
             f"readOnlyHint: true by a trusted server: it may change the world, so it does not run. Add [tools.{name}] "
-            f'with kind = "write" (or kind = "read" if it only reads) to the proxy\'s configuration, or list it in '
-            f"[upstream] undeclared to let it run undeclared"
+            f'with kind = "write" (or kind = "read" if it only reads) to the proxy\'s configuration, or add it to '
+            f'[upstream] unguarded = {{ {name} = "why" }} to let it run undeclared'
         )
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:

@@ -67,9 +67,10 @@ def continue_conversation(
     """Reopen the task of ``options`` for a new user message when its last run ended with an answer (see
     :data:`ANSWERED`): a ``message`` transition is recorded (``who``/``why`` redacted with the options' secrets),
     the counters go on. ``None`` when there is nothing to reopen: a new task, a task running (or just reopened by
-    another process), or one the guard ended (it stays ended)."""
+    another process), one the guard ended (it stays ended), or a run given ``guard=`` (that guard object's outcome
+    is sticky: every run with it is its one run)."""
     store, task = task_of(options, task_id)
-    if task is None:
+    if task is None or options.guard is not None:
         return None
     outcome = stored_outcome(options, task)
     if outcome is None or (outcome.status, outcome.reason) not in ANSWERED:

@@ -159,13 +159,18 @@ def check_declarations(tools: Any) -> Mapping[str, ToolSpec]:
     return tools
 
 
-def check_unguarded(unguarded: Any) -> Mapping[str, str]:
-    """``RunOptions.unguarded`` checked: tool names, each with why it may run outside the guard.
+def check_unguarded(unguarded: Any, declared: Mapping[str, ToolSpec] | None = None) -> Mapping[str, str]:
+    """``RunOptions.unguarded`` checked: tool names, each with why it may run unguarded, none of them ``declared``
+    (a declared tool is guarded: the two say opposite things).
 
     >>> check_unguarded({"web_search": ""})
     Traceback (most recent call last):
     ...
     TypeError: unguarded={'web_search': ...} needs why the tool may run outside the guard (a non-empty string)
+    >>> check_unguarded({"lookup": "read-only"}, {"lookup": declare_tool("lookup")})
+    Traceback (most recent call last):
+    ...
+    ValueError: tool 'lookup' is both declared (tools=) and opted out (unguarded=): a declared tool is guarded; keep one
     """
     if not isinstance(unguarded, Mapping):
         raise TypeError(
@@ -177,6 +182,11 @@ def check_unguarded(unguarded: Any) -> Mapping[str, str]:
         if not isinstance(why, str) or not why.strip():
             raise TypeError(
                 f"unguarded={{{name!r}: ...}} needs why the tool may run outside the guard (a non-empty string)"
+            )
+        if declared is not None and name in declared:
+            raise ValueError(
+                f"tool {name!r} is both declared (tools=) and opted out (unguarded=): a declared tool is guarded; "
+                "keep one"
             )
     return unguarded
 

@@ -186,7 +186,7 @@ class GuardedRun(ToolCalls):
         ValueError: a guarded run needs guard= or budget=Budget(...): there is no unlimited default
         """
         check_declarations(options.tools)
-        check_unguarded(options.unguarded)
+        check_unguarded(options.unguarded, options.tools)
         guard = _guard_of(options)
         guard.check_prices()
         if guard.observer is None and observer is not None:

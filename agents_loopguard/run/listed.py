@@ -6,8 +6,8 @@ trust them from a server it does not trust, so only a server the user marks trus
 may relax a default:
 
 * declared -> its declaration, whatever the annotations say;
-* named in ``RunOptions.undeclared_tools`` (the user's explicit opt-out) -> an unverified read, recorded as
-  undeclared in the task's trace;
+* named in ``RunOptions.unguarded`` (the user's explicit opt-out, with why) -> an unverified read, each run of it
+  recorded in the task's trace (an ``unguarded`` entry);
 * annotated ``readOnlyHint: true`` by a trusted server -> an unverified read;
 * anything else (no annotations, ``readOnlyHint`` false or absent, an untrusted server) -> a possible write: it
   never runs, and the refusal names the declaration to add.
@@ -94,7 +94,7 @@ def undeclared_refusal(tool: str, server: str | None) -> str:
         f"MCP tool {tool!r}{origin} is not declared and is not annotated readOnlyHint: true by a trusted server: "
         f"it may change the world, so it does not run. Declare it: tools={{{tool!r}: declare_tool({tool!r}, "
         f"kind='write', operation_id=lambda a: ..., verify=...)}} (or declare_tool({tool!r}) if it only reads), "
-        f"or opt out explicitly with undeclared_tools=[{tool!r}]"
+        f'or opt out explicitly with unguarded={{{tool!r}: "why"}}'
     )
 
 
@@ -114,7 +114,7 @@ trusted server"
         f"MCP tools {names}{origin} are not declared and are not annotated readOnlyHint: true by a trusted server: "
         f"they may change the world, so they do not run. Declare each: tools={{{first!r}: "
         f"declare_tool({first!r}, kind='write', operation_id=lambda a: ..., verify=...), ...}} (declare_tool(name) "
-        f"for one that only reads), or opt out explicitly with undeclared_tools=[{names}]"
+        f'for one that only reads), or opt out explicitly with unguarded={{{first!r}: "why", ...}}'
     )
 
 
@@ -123,7 +123,7 @@ def judge_listed(tool: str, annotations: Any, *, server: str | None, options: Ru
 
     >>> from agents_loopguard.run import declare_tool
     >>> options = RunOptions(tools={"pay": declare_tool("pay", kind="write", operation_id=lambda a: a["id"],
-    ...                                                 verify=lambda a, out: None)}, undeclared_tools=["ping"])
+    ...                                        verify=lambda a, out: None)}, unguarded={"ping": "a health check"})
     >>> judge_listed("pay", {"readOnlyHint": True}, server="s", options=options).kind
     'write'
     >>> judge_listed("ping", None, server="s", options=options).declared
@@ -134,7 +134,7 @@ def judge_listed(tool: str, annotations: Any, *, server: str | None, options: Ru
     declared = options.tools.get(tool)
     if declared is not None:
         return declared
-    if tool in options.undeclared_tools:
+    if tool in options.unguarded:
         return UNVERIFIED_READ
     if server is not None and server in options.mcp_trusted and hints_of(annotations).read_only:
         return UNVERIFIED_READ

@@ -119,20 +119,26 @@ class RunOptions:
     (``guarded_tool``, ``GuardedTool``...) that declares nothing takes the declaration by name; a tool declared by
     both must be given the same declaration, or the run is refused when it starts. A tool nobody declared is
     guarded as a read without ``verify``, except a tool an MCP server lists (:mod:`agents_loopguard.run.listed`):
-    that one runs undeclared only as ``mcp_trusted`` and ``undeclared_tools`` say."""
+    that one runs undeclared only as ``mcp_trusted`` and ``unguarded`` say."""
     mcp_trusted: Collection[str] = ()
     """The MCP servers (by name) whose annotations the guard believes: an undeclared tool such a server annotates
     ``readOnlyHint: true`` runs as a read. Any other undeclared MCP tool is a possible write and never runs
     (:mod:`agents_loopguard.run.listed`)."""
-    undeclared_tools: Collection[str] = ()
-    """MCP tools the user lets run without a declaration (the explicit opt-out of the fail-closed rule): guarded as
-    reads nobody verifies, and recorded as undeclared in the task's trace."""
     unguarded: Mapping[str, str] = field(default_factory=dict)
-    """Tools the run may offer although the guard cannot reach their bodies, each with why you accept that:
-    ``unguarded={"web_search": "read-only search at the provider"}``. Without it such a tool (a hosted tool that
-    runs at the model provider, a tool type the adapter does not know) is refused when the run starts, with the
-    fix named. Every opt-out is recorded in the task's trace (``kind="unguarded"``, with the why) when the run
-    starts; the requests that may trigger the tool are still counted."""
+    """The one opt-out of the fail-closed rule, in every adapter: tools the guard does not know that you let run
+    anyway, each with why you accept that: ``unguarded={"web_search": "read-only search at the provider"}``.
+    Without it such a tool is refused when the run starts (or, listed at run time, when it is called), with the
+    fix named. With it:
+
+    * a tool whose body the guard cannot reach (a hosted tool that runs at the model provider, an ADK code
+      executor, a tool type the adapter does not know) runs outside the guard, inside the model requests that
+      carry it, which are still counted; the opt-out is recorded when a run offers it;
+    * a tool whose body the guard reaches but whose effect it does not know (an MCP tool nobody declared and no
+      trusted server annotates read-only) runs as a read nobody verifies: each run of it is still reserved and
+      counted, and recorded.
+
+    The records are trace entries of kind ``unguarded`` (with the why; ``result_class`` ``outside`` or
+    ``undeclared``), never tool executions. A tool both declared (``tools=``) and opted out is refused."""
 
     @classmethod
     def merge(cls: type[Options], options: RunOptions | None, fields: Mapping[str, Any]) -> Options:
@@ -181,7 +187,6 @@ class RunFieldsBase(TypedDict, total=False):
     durable: DurableSteps | None
     family: str | None
     mcp_trusted: Collection[str]
-    undeclared_tools: Collection[str]
     unguarded: Mapping[str, str]
 
 

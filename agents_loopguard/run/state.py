@@ -143,8 +143,6 @@ class RunState:
     the body again (each run a new proposal: reserved, a write with an unknown result refused): the failure is
     recorded at once and reported (ending the run per ``on_refusal``) only when it stands
     (:meth:`~agents_loopguard.run.tool_calls.ToolCalls.failure_stands`)."""
-    undeclared_seen: set[str] = field(default_factory=set)
-    """Tools run undeclared by the user's opt-out that this run already recorded in the task's trace."""
     outside: set[str] = field(default_factory=set)
     """Tools this run admitted outside the guard (``RunOptions.unguarded``), each recorded once."""
     _done_turn: int = 0
@@ -228,7 +226,7 @@ class RunState:
             )
         if tool not in self.outside:
             self.outside.add(tool)
-            self.guard.record_outside(tool, f"{what}: {why}")
+            self.guard.record_unguarded(tool, f"{what}: {why}")
 
     def checkpoint(self) -> Verdict | None:
         """Before a handoff, a sub-agent or a pending job: the run's own end, or the task's stop mark."""

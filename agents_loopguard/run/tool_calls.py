@@ -56,14 +56,9 @@ class ToolCalls(RunState):
 
     def listed_tool(self, tool: str, annotations: Any, *, server: str | None) -> ToolSpec | NotDeclared:
         """What the guard makes of a tool a server lists (MCP): its declaration, an unverified read (trusted
-        read-only annotation, or the user's opt-out, recorded once per run in the task's trace), or
-        :class:`~agents_loopguard.run.listed.NotDeclared` (see :mod:`~agents_loopguard.run.listed`)."""
-        judged = judge_listed(tool, annotations, server=server, options=self.options)
-        opted_out = isinstance(judged, ToolSpec) and not judged.declared and tool in self.options.undeclared_tools
-        if opted_out and tool not in self.undeclared_seen:
-            self.undeclared_seen.add(tool)
-            self.guard.record_undeclared(tool)
-        return judged
+        read-only annotation, or the user's opt-out, ``RunOptions.unguarded``: each run of it recorded in the task's
+        trace), or :class:`~agents_loopguard.run.listed.NotDeclared` (see :mod:`~agents_loopguard.run.listed`)."""
+        return judge_listed(tool, annotations, server=server, options=self.options)
 
     def refuse_undeclared(self, refused: NotDeclared) -> Executed:
         """Refuse a call of a tool the guard will not run undeclared: nothing is reserved, the model reads which
@@ -257,6 +252,7 @@ class ToolCalls(RunState):
             output = _output_of(ticket.result)
             evidence = yield from self._evidence(spec, ticket, output)
         else:
+            self._note_unguarded(spec, ticket.call.tool)
             key = next(self._keys)
             flight = self.flights[key] = Flight(ticket, self.label(ticket.call))
             try:
@@ -287,6 +283,14 @@ class ToolCalls(RunState):
             self.ran.add(ticket.call.tool)
             return Executed(output=output)
         return failure
+
+    def _note_unguarded(self, spec: ToolSpec, tool: str) -> None:
+        """A body about to run by the application's opt-out (an undeclared tool named in ``RunOptions.unguarded``):
+        recorded in the task's trace, each run, as an ``unguarded`` entry (the execution itself is the reserved
+        one)."""
+        why = None if spec.declared else self.options.unguarded.get(tool)
+        if why is not None:
+            self.guard.record_unguarded(tool, why, result_class="undeclared")
 
     def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
         failed = self.guard.fail(ticket, error, reason=reason)

@@ -9,7 +9,7 @@ holds a :class:`GuardedMCPServer` around each of its servers, so that call is re
   declared: a write through the ledger (run at most once per operation id; its ``verify(args, result)`` gets the
   ``CallToolResult`` as its JSON dict: ``content``, ``structuredContent``, ``isError``);
 * an undeclared tool is judged by :mod:`agents_loopguard.run.listed` from its latest listing: a trusted server's
-  ``readOnlyHint: true`` or the user's opt-out (``undeclared_tools``) runs as an unverified read; any other is a
+  ``readOnlyHint: true`` or the user's opt-out (``unguarded={name: why}``) runs as an unverified read; any other is a
   possible write. The first listing of a server in a run refuses the run (a ``UserError`` naming the declaration to
   add, before the model is asked); a tool a server adds later is refused when called (the model reads why).
 

@@ -486,13 +486,24 @@ def hosted_tool(env: Env) -> Observed:
 
 def hosted_tool_opted_out(env: Env) -> Observed:
     """The search runs inside the model's server: no body to count; the stop mark is set while the model answers
-    (nothing is sent after it: the answer was the last request)."""
+    (nothing is sent after it: the answer was the last request). The opt-out is in the task's trace, with its why,
+    as an ``unguarded`` entry (never a tool execution); it used to be a declaration by name, recorded nowhere."""
 
     def searched(body: JSON) -> Reply:
         env.checkpoint()
         return say(FINAL)
 
     with gemini(env, clerk=[searched]) as models:
+        agent = LlmAgent(name="clerk", model=models.model(), tools=[google_search])
+        seen = guarded(env, agent, unguarded={"google_search": "public web search, reads only"})
+    recorded = [(e.kind, e.tool, e.result_class) for e in env.store.trace(env.task_id) if e.kind != "model"]
+    assert recorded == [("unguarded", "google_search", "outside")], recorded
+    return seen
+
+
+def hosted_tool_declared(env: Env) -> Observed:
+    """A declaration by name does not reach a hosted tool's body: refused, naming the one opt-out."""
+    with gemini(env, clerk=[say(FINAL)]) as models:
         agent = LlmAgent(name="clerk", model=models.model(), tools=[google_search])
         return guarded(env, agent, tools={"google_search": declare_tool("google_search")})
 
@@ -600,7 +611,7 @@ DOORS = [
     door("ended-session", "a new message to a session whose task the guard ended", ended_session, stop_reason=None),
     door(
         "hosted-tool-opted-out",
-        'a hosted tool (`google_search`) opted out by name (`tools={"google_search": declare_tool(...)}`)',
+        'a hosted tool (`google_search`) opted out (`unguarded={"google_search": "why"}`)',
         hosted_tool_opted_out,
         mark="outside",
         stop_reason=None,
@@ -630,10 +641,16 @@ DOORS = [
         "keep include_plugins=True",
     ),
     refused_door(
-        "hosted-tool", "a hosted tool (`google_search`) nobody opted out", hosted_tool, "opt it out explicitly"
+        "hosted-tool", "a hosted tool (`google_search`) nobody opted out", hosted_tool, "unguarded={'google_search'"
     ),
     refused_door(
-        "code-executor", "a code executor (`LlmAgent(code_executor=...)`)", code_executor, "opt it out explicitly"
+        "hosted-tool-declared",
+        'a hosted tool declared by name (`tools={"google_search": declare_tool(...)}`) instead of opted out',
+        hosted_tool_declared,
+        "a declaration does not reach it",
+    ),
+    refused_door(
+        "code-executor", "a code executor (`LlmAgent(code_executor=...)`)", code_executor, "unguarded={'code_executor'"
     ),
     refused_door("live", "a live run (`Runner.run_live`)", live, "Runner.run_async"),
     refused_door(

@@ -32,7 +32,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from agents_loopguard import Budget
-from agents_loopguard.langchain import LoopGuardMiddleware
+from agents_loopguard.langchain import LoopGuardMiddleware, outcome_of
 from agents_loopguard.run import ToolSpec, declare_tool
 from tests.conformance.kit import Door, Env, Observed
 from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, function_call, http_error, tool_calls
@@ -249,8 +249,9 @@ def client_retries(env: Env) -> Observed:
 
 
 def conversation(env: Env, answers: Sequence[str], *, expect_requests: int) -> Observed:
-    """Three messages on one thread with a checkpointer: each a run of its own (``<thread>#2``, ``#3``) under what
-    the thread's budget leaves. The first one looks order 1 up. The thread's requests are what its tasks counted."""
+    """Three messages on one thread with a checkpointer: the thread is one task, each message a run of its own on
+    it (a run that ended with an answer is reopened by the next message), the budget bounding the whole thread. The
+    first one looks order 1 up."""
     lookup = shop(env)[0]
     steps = [tool_calls(function_call("lookup", {"order": 1}, "c1")), *(final_text(a) for a in answers)]
     guard = guard_for(env)
@@ -263,29 +264,68 @@ def conversation(env: Env, answers: Sequence[str], *, expect_requests: int) -> O
             replies.append(str(result["messages"][-1].content))
             outcome = guard.outcome(result)
             first_run = first_run or len(server.requests)
-        tasks = tuple(sorted({t.task_id for t in env.store.tasks()} - {env.task_id}))
-        counted = sum(t.used.models for t in env.store.tasks())
-        assert len(server.requests) == counted, f"the thread sent {len(server.requests)} requests, counted {counted}"
-        expected = expect_requests if env.variant == "run" else first_run  # stopped: the thread holds
+        expected = expect_requests if env.variant == "run" else first_run  # stopped: the task stays ended
         assert len(server.requests) == expected, replies
         if env.variant == "run":
             assert "Thanks." not in replies and all(replies), replies  # every message got an answer
-        seen = env.observe(outcome, requests=first_run, final=replies[-1])
-        seen.outcome = guard.outcome({"loopguard": {"task_id": env.task_id}})  # the thread's first run
-        seen.tasks = tasks
-        return seen
+            reopened = [t.kind for t in env.store.transitions(env.task_id)]
+            assert reopened == ["message", "message"], reopened  # each later message reopened the one task
+        else:
+            assert all(r.startswith("Stopped by loopguard (stopped/stop_requested)") for r in replies), replies
+        return env.observe(outcome, final=replies[-1])
 
 
 def chat_three_messages(env: Env) -> Observed:
     """Issue 26 item 5: messages 2 and 3 on a thread sent nothing and returned the user's own message. Each gets
     its answer now."""
-    return conversation(env, ["Order 1 is paid.", "Yesterday.", "You are welcome."], expect_requests=4)
+    seen = conversation(env, ["Order 1 is paid.", "Yesterday.", "You are welcome."], expect_requests=4)
+    if env.variant == "run":
+        assert seen.final == "You are welcome." and seen.outcome is not None and seen.outcome.used.models == 4
+    return seen
 
 
 def chat_budget(env: Env) -> Observed:
     """The thread's budget (3 model turns) still bounds it: the third message finds none left and its run says so
     (``stopped/model_budget``), sending nothing."""
-    return conversation(env, ["Order 1 is paid.", "Yesterday."], expect_requests=3)
+    seen = conversation(env, ["Order 1 is paid.", "Yesterday."], expect_requests=3)
+    if env.variant == "run":
+        assert str(seen.final).startswith("Stopped by loopguard (stopped/model_budget)"), seen.final
+    return seen
+
+
+def chat_approval(env: Env) -> Observed:
+    """A thread whose second message asks for the refund: the guarded review pauses the one task (the interrupted
+    result tells ``needs_human/approval``), ``Command(resume=...)`` runs the refund once, a third message is answered,
+    and resuming the interrupted checkpoint again runs nothing twice."""
+    steps = [
+        tool_calls(function_call("lookup", {"order": 1}, "c1")),
+        final_text("Order 1 is paid."),
+        tool_calls(function_call("refund", {"order": 1}, "c2")),
+        final_text(FINAL),
+        final_text("You are welcome."),
+    ]
+    guard = guard_for(env)
+    review = guard.human_in_the_loop({"refund": True})
+    with ScriptedOpenAIServer(steps) as server, checkpointer_for(env) as saver:
+        env.count_requests(lambda: len(server.requests))
+        agent = create_agent(chat(server), tools=shop(env), middleware=[guard, review], checkpointer=saver)
+        replies = [str(agent.invoke(ask("Is order 1 paid?"), thread(env))["messages"][-1].content)]
+        paused = agent.invoke(ask("Refund it."), thread(env))
+        interrupted = agent.get_state(thread(env)).config
+        assert "__interrupt__" in paused or env.variant == "stop", paused["messages"][-1]
+        if "__interrupt__" in paused:
+            waiting = outcome_of(paused)
+            assert waiting is not None and str(waiting.reason) == "approval", waiting
+            paused = agent.invoke(Command(resume=APPROVE), thread(env))
+        replies.append(str(paused["messages"][-1].content))
+        last = agent.invoke(ask("Thanks."), thread(env))
+        replies.append(str(last["messages"][-1].content))
+        outcome = guard.outcome(last)
+        if env.variant == "run":
+            assert replies == ["Order 1 is paid.", FINAL, "You are welcome."], replies
+            agent.invoke(Command(resume=APPROVE), {**interrupted, "recursion_limit": 100})  # the old checkpoint
+            assert env.writes["refund-1"] == 1 and len(server.requests) == 5
+        return env.observe(outcome, final=replies[-1])
 
 
 # --- approvals ---------------------------------------------------------------------------------------------------
@@ -576,6 +616,11 @@ DOORS = [
         "a chat whose thread runs out of its budget",
         chat_budget,
         budget=Budget(model_turns=3, tool_executions=6),
+    ),
+    door(
+        "chat-approval",
+        "a chat whose second message waits for an approval (`guard.human_in_the_loop`), resumed once",
+        chat_approval,
     ),
     door(
         "human-in-the-loop",

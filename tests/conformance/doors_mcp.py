@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FINAL = "Done."
 KEYS = {"refund": "order_id", "pay": "invoice", "wire_transfer": "account"}
 """Each write of the upstream -> the argument that names its operation (``<tool>-<value>``)."""
+LOOKUP = {"lookup": "an invoice lookup, read-only though the server does not say so"}
+"""The opt-out of ``lookup`` (no annotations: a possible write by the spec's defaults)."""
 
 
 class Upstream:
@@ -131,7 +133,7 @@ def sdk_run(
         async with upstream.stdio(**(server_options or {})) as server:
             agent = Agent(name="clerk", model=scripted(env, upstream, turns), mcp_servers=[server])
             declared = {tool: upstream.declare(tool) for tool in ("pay", "refund")}
-            options = env.options(mcp_trusted=["payments"], undeclared_tools=["lookup"], tools=declared)
+            options = env.options(mcp_trusted=["payments"], unguarded=LOOKUP, tools=declared)
             options.update(fields)
             return await run_guarded(agent, "Refund order 1.", **options)
 
@@ -168,6 +170,25 @@ def sdk_undeclared(env: Env) -> Observed:
     """Nobody declared ``refund`` (annotated ``readOnlyHint: false``): the run is refused before the model is asked."""
     upstream = Upstream(env)
     return sdk_run(env, upstream, twice("refund", {"order_id": 1}), tools={"pay": upstream.declare("pay")})
+
+
+def opted_out(env: Env, seen: Observed, tool: str) -> Observed:
+    """The opt-out's records: one ``unguarded`` entry per run of ``tool``, never a tool entry of its own (it used to
+    be written as one: a body counted as two executions)."""
+    recorded = [(e.tool, e.result_class) for e in env.store.trace(env.task_id) if e.kind == "unguarded"]
+    assert recorded == [(tool, "undeclared")] * seen.bodies[tool], recorded
+    return seen
+
+
+def lookups(prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    return [(f"{prefix}lookup", {"invoice": "1"}), (f"{prefix}lookup", {"invoice": "2"})]
+
+
+def sdk_unguarded(env: Env) -> Observed:
+    """``lookup`` (no annotations: a possible write) opted out with why (``unguarded=``): it runs as a read nobody
+    verifies, each run reserved and recorded."""
+    turns = [[function_call(t, a, call_id=f"c{n}")] for n, (t, a) in enumerate(lookups())]
+    return opted_out(env, sdk_run(env, Upstream(env), [*turns, [assistant_message(FINAL)]]), "lookup")
 
 
 def sdk_retries(env: Env) -> Observed:
@@ -228,7 +249,7 @@ def adk_run(
         agent = LlmAgent(name="clerk", model=model, tools=[toolset])
 
         async def main() -> Outcome:
-            options = env.options(mcp_trusted=[PREFIX], undeclared_tools=[f"{PREFIX}_lookup"])
+            options = env.options(mcp_trusted=[PREFIX], unguarded={f"{PREFIX}_{t}": w for t, w in LOOKUP.items()})
             try:
                 return await adk.run_guarded(agent, "Refund order 1.", tools=tools, **options)
             finally:
@@ -248,6 +269,12 @@ def adk_payment(env: Env) -> Observed:
     """Issue 27's second reproduction through ADK: the same payment sent twice."""
     upstream = Upstream(env, "--lose", "1", prefix=f"{PREFIX}_")
     return adk_run(env, upstream, adk_turns("pay", {"invoice": "1", "amount": 1}))
+
+
+def adk_unguarded(env: Env) -> Observed:
+    """The same through ADK's ``McpToolset`` (the opt-out names the prefixed tool)."""
+    turns = [*(calls(c) for c in lookups(f"{PREFIX}_")), text(FINAL)]
+    return opted_out(env, adk_run(env, Upstream(env, prefix=f"{PREFIX}_"), turns), f"{PREFIX}_lookup")
 
 
 def adk_undeclared(env: Env) -> Observed:
@@ -282,6 +309,12 @@ DOORS = [
         refusal="tools={'refund': declare_tool('refund'",
     ),
     door(
+        "sdk-unguarded-tool",
+        'an SDK MCP tool nobody declared, opted out with why (`unguarded={"lookup": "why"}`)',
+        sdk_unguarded,
+        stop_at=2,
+    ),
+    door(
         "sdk-server-retries",
         "an SDK MCP server built with its own retries (`max_retry_attempts=2`)",
         refused(sdk_retries),
@@ -301,6 +334,12 @@ DOORS = [
         stop_at=2,
     ),
     door("adk-payment", "the same payment asked twice through ADK's `McpToolset` (declared)", adk_payment, stop_at=2),
+    door(
+        "adk-unguarded-tool",
+        'an ADK MCP tool nobody declared, opted out with why (`unguarded={"payments_lookup": "why"}`)',
+        adk_unguarded,
+        stop_at=2,
+    ),
     door(
         "adk-undeclared-write",
         "an ADK MCP tool nobody declared, not annotated read-only by a trusted toolset",
