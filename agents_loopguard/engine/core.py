@@ -49,6 +49,7 @@ from .detectors import Recent
 from .ending import Ending
 from .loops import LoopRules, transient
 from .metering import Metering
+from .probing import Probing
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
@@ -63,7 +64,7 @@ logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 
 
-class Guard(Metering, Ending, LoopRules):
+class Guard(Metering, Ending, LoopRules, Probing):
     """The guard of one task: reserve before every call, decide from verified evidence, end with one Outcome.
 
     >>> from agents_loopguard import Budget

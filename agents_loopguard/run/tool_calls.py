@@ -163,7 +163,7 @@ class ToolCalls(RunState):
             if journal is not None and body is not None:
                 yield from self._pass_over(journal, call, body, began, lambda: True)
             return self._replayed(step.output)
-        before, executed = self.done, (yield from self._execute(spec, call))
+        before, executed = self.done, (yield from self._execute(spec, call, lost=step.attempts > 1))
         ran = journal.body_ended(began) if journal is not None else None
         if journal is not None and ran is None and step.attempts > 1:  # an attempt died in the body, not run now
             yield from self._pass_over(journal, call, None, began, lambda: self._journal_noted(key))
@@ -227,15 +227,26 @@ class ToolCalls(RunState):
             self.told.append(verdict)
         return Executed(output=output, message=message, verdict=verdict)
 
-    def _execute(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
+    def _execute(self, spec: ToolSpec, call: Call, *, lost: bool = False) -> Generator[Any, Answer, Executed]:
+        """``lost``: an earlier attempt of this execution died (a durable engine re-executes it), so a write it left
+        unknown may be probed."""
         if (skipped := self._skipped()) is not None:
             return skipped
         ticket = self.guard.authorize(call)
-        attempt = 1
+        attempt, asked = 1, Asked()
         while True:
             if isinstance(ticket, Verdict):
+                held = self.guard.held_write(call) if lost and _probes(spec, ticket) else None
+                if held is not None and (yield from self._ask(spec, held, asked)):
+                    ticket = self.guard.authorize(call)
+                    continue
                 return self._refused(ticket)
             outcome = yield from self._attempt(spec, ticket, attempt)
+            if isinstance(outcome, Lost):
+                if (yield from self._ask(spec, outcome.ticket, asked)):
+                    ticket, attempt = self.guard.authorize(call, retry_of=outcome.ticket), attempt + 1
+                    continue
+                return self._failure(outcome.error, outcome.verdict)
             if isinstance(outcome, Executed):
                 return outcome
             failure = outcome
@@ -250,7 +261,27 @@ class ToolCalls(RunState):
             attempt += 1
             ticket = self.guard.authorize(call, retry_of=ticket)
 
-    def _attempt(self, spec: ToolSpec, ticket: Ticket, attempt: int) -> Generator[Any, Answer, Executed | ToolFailure]:
+    def _ask(self, spec: ToolSpec, ticket: Ticket, asked: Asked) -> Generator[Any, Answer, bool]:
+        """Ask the receiver about ``ticket``'s write, whose answer was lost, with the tool's probe (R20): True when
+        the write may be authorized again, its answer recorded in the ledger (committed: its result is returned;
+        not_committed: one new attempt per call). Each probe is reserved by the guard; a probe that answers
+        ``unknown``, raises or answers garbage leaves the operation unknown."""
+        if spec.probe is None or asked.resent or not self.guard.lost_operation(ticket):
+            return False
+        probe, attempt = spec.probe, 1
+        assert ticket.call.operation_id is not None, "only a write is probed"
+        while self.guard.begin_probe(ticket, attempt=attempt) is None:
+            answer = yield Check(probe, (ticket.call.operation_id, dict(ticket.call.args)))
+            said = self.guard.record_probe(ticket, answer.value, error=answer.error)
+            if said is not None and said.state != "unknown":
+                asked.resent = said.state == "not_committed"
+                return True
+            attempt += 1
+        return False
+
+    def _attempt(
+        self, spec: ToolSpec, ticket: Ticket, attempt: int
+    ) -> Generator[Any, Answer, Executed | ToolFailure | Lost]:
         """One authorized attempt: its result, or the transient failure (verified without effect) to retry."""
         failure: ToolFailure | None = None
         if ticket.replay:  # a committed write: its stored result, never a second execution
@@ -264,11 +295,11 @@ class ToolCalls(RunState):
                 if answer.error is not None and cancels(self.options.durable, answer.error):
                     raise answer.error  # the engine cancelled the run inside the body: the call stays in flight
                 if isinstance(answer.error, DeadlineExceeded):
-                    return self._failed(ticket, answer.error, reason=Reason.DEADLINE)
+                    return self._lost(spec, ticket, answer.error, Reason.DEADLINE)
                 if answer.error is not None:
                     kind = spec.retry.classify(answer.error)
                     if kind is None:
-                        return self._failed(ticket, answer.error)
+                        return self._lost(spec, ticket, answer.error, Reason.EXECUTOR_EXCEPTION)
                     failure = ToolFailure(answer.error, kind, attempt)
                 output = failure if failure is not None else answer.value
                 evidence = yield from self._evidence(spec, ticket, output, failed=failure is not None)
@@ -288,8 +319,16 @@ class ToolCalls(RunState):
             return Executed(output=output)
         return failure
 
-    def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
+    def _lost(self, spec: ToolSpec, ticket: Ticket, error: Exception, reason: Reason) -> Executed | Lost:
+        """The body raised (or outlived the deadline): recorded as failed; a write its tool can probe is
+        :class:`Lost` (the receiver is asked before the failure stands)."""
         failed = self.guard.fail(ticket, error, reason=reason)
+        if spec.probe is not None and ticket.call.kind == "write":
+            return Lost(ticket, error, failed)
+        return self._failure(error, failed)
+
+    def _failure(self, error: Exception, failed: Verdict) -> Executed:
+        reason = failed.reason
         self.failures[id(error)] = (error, failed)
         if self.failures_given_back and reason is Reason.EXECUTOR_EXCEPTION:
             return Executed(message=refusal_message(failed), error=error, verdict=failed)
@@ -343,6 +382,27 @@ class ToolCalls(RunState):
             return Verdict(Status.STOPPED, Reason.TOOL_TIMEOUT, f"{type(error).__name__}: {error}")
         self.interrupted.remove(flight)
         return self.guard.fail(flight.ticket, error, reason=Reason.TOOL_TIMEOUT)
+
+
+@dataclasses.dataclass
+class Asked:
+    """The probes of one proposed call: a ``not_committed`` answer allows one new attempt, once per call."""
+
+    resent: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Lost:
+    """An attempt of a write whose body raised: its failure (recorded) stands unless the receiver settles it."""
+
+    ticket: Ticket
+    error: Exception
+    verdict: Verdict
+
+
+def _probes(spec: ToolSpec, refused: Verdict) -> bool:
+    """A refusal a probe may settle: a write of a tool with a probe, refused because its operation is unknown."""
+    return spec.probe is not None and refused.reason is Reason.UNKNOWN_COMMIT
 
 
 def jsonable(value: Any) -> Any:
