@@ -246,7 +246,7 @@ class ToolCalls(RunState):
                 if (yield from self._ask(spec, outcome.ticket, asked)):
                     ticket, attempt = self.guard.authorize(call, retry_of=outcome.ticket), attempt + 1
                     continue
-                return self._failure(outcome.error, outcome.verdict)
+                return outcome.stands(_settled_failure(outcome.verdict, asked))
             if isinstance(outcome, Executed):
                 return outcome
             failure = outcome
@@ -266,7 +266,7 @@ class ToolCalls(RunState):
         the write may be authorized again, its answer recorded in the ledger (committed: its result is returned;
         not_committed: one new attempt per call). Each probe is reserved by the guard; a probe that answers
         ``unknown``, raises or answers garbage leaves the operation unknown."""
-        if spec.probe is None or asked.resent or not self.guard.lost_operation(ticket):
+        if spec.probe is None or not self.guard.lost_operation(ticket):
             return False
         probe, attempt = spec.probe, 1
         assert ticket.call.operation_id is not None, "only a write is probed"
@@ -274,8 +274,11 @@ class ToolCalls(RunState):
             answer = yield Check(probe, (ticket.call.operation_id, dict(ticket.call.args)))
             said = self.guard.record_probe(ticket, answer.value, error=answer.error)
             if said is not None and said.state != "unknown":
-                asked.resent = said.state == "not_committed"
-                return True
+                asked.said = said.state
+                if said.state == "committed":
+                    return True
+                again, asked.resent = not asked.resent, True
+                return again
             attempt += 1
         return False
 
@@ -309,6 +312,9 @@ class ToolCalls(RunState):
             finally:
                 self.flights.pop(key, None)
         verdict = self.guard.settle(ticket, self._result(output, failure), evidence=evidence)
+        if verdict is not None and spec.probe is not None and _unproven_write(ticket, verdict):
+            ran = failure is None
+            return Lost(ticket, verdict, lambda settled: self._settled(settled, output, ran=ran))
         if verdict is not None:
             if failure is not None and failure.kind == "permission" and verdict.reason is Reason.APPROVAL:
                 detail = f"{ticket.call.tool}: {self.guard.storable(str(failure))}: a permission error is never retried"
@@ -324,7 +330,7 @@ class ToolCalls(RunState):
         :class:`Lost` (the receiver is asked before the failure stands)."""
         failed = self.guard.fail(ticket, error, reason=reason)
         if spec.probe is not None and ticket.call.kind == "write":
-            return Lost(ticket, error, failed)
+            return Lost(ticket, failed, lambda settled: self._failure(error, settled))
         return self._failure(error, failed)
 
     def _failure(self, error: Exception, failed: Verdict) -> Executed:
@@ -389,15 +395,34 @@ class Asked:
     """The probes of one proposed call: a ``not_committed`` answer allows one new attempt, once per call."""
 
     resent: bool = False
+    said: str | None = None
+    """The receiver's last answer recorded in the ledger (``None``: nothing recorded)."""
+
+
+def _settled_failure(failed: Verdict, asked: Asked) -> Verdict:
+    """A body's failure, once the receiver proved the write never happened (again, after its one new attempt): the
+    operation is ``not_committed`` in the ledger, so the failure no longer needs reconciliation."""
+    if asked.said != "not_committed":
+        return failed
+    detail = f"{failed.detail}; the receiver says the write never happened (not_committed)"
+    reason = Reason.EXECUTOR_EXCEPTION if failed.reason is Reason.UNKNOWN_COMMIT else failed.reason
+    return Verdict(Status.STOPPED, reason, detail)
 
 
 @dataclasses.dataclass(frozen=True)
 class Lost:
-    """An attempt of a write whose body raised: its failure (recorded) stands unless the receiver settles it."""
+    """An attempt of a write whose answer was lost (its body raised, or its verify could not prove the effect): its
+    failure (recorded) stands unless the receiver settles it."""
 
     ticket: Ticket
-    error: Exception
     verdict: Verdict
+    stands: Callable[[Verdict], Executed]
+    """What the run makes of the failure when it stands (given the verdict it ends with)."""
+
+
+def _unproven_write(ticket: Ticket, verdict: Verdict) -> bool:
+    """The settled attempt of a write (not a replay) whose effect was not proven: its answer is lost."""
+    return ticket.call.kind == "write" and not ticket.replay and verdict.reason is Reason.UNKNOWN_COMMIT
 
 
 def _probes(spec: ToolSpec, refused: Verdict) -> bool:
