@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from agents_loopguard.store import SQLStore
-from tests.support.durable_clusters import DBOSCluster, dbos_cluster
+from tests.support.durable_clusters import DBOSCluster, RestateCluster, dbos_cluster, restate_cluster
+from tests.support.restate_server import restate_server
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(400)]
 
@@ -93,6 +94,55 @@ def test_r20_killed_dbos_workers_end_as_the_receiver_says(cluster: DBOSCluster) 
             assert task is not None and task.used.tools == tools, (seen, task.used, trace)
             probed = [(t.kind, t.who) for t in store.transitions(task_id)]
             assert probed == ([("reconcile", "probe:refund")] if answer else []), (seen, probed)
+            asked = [e.result_class for e in store.trace(task_id) if e.kind == "probe"]
+            expected = [f"probe_{answer}"] if answer else ["probe_unknown", "probe_unknown", "probe_refused"]
+            assert asked == expected, (seen, trace)
             assert result["pid"] == recovery.pid, "the recovering process finished the workflow"
+    finally:
+        store.close()
+
+
+RESTATE_ROUNDS = {  # kill point -> (status, reason, ledger attempts, tool executions, probe answer)
+    "before-write": ("completed", "validated_done", 2, 3, "not_committed"),
+    "in-tool": ("completed", "validated_done", 1, 2, "committed"),
+    "in-verify": ("completed", "validated_done", 1, 2, "committed"),
+}
+
+
+@pytest.fixture
+def restate_refunds(tmp_path: Path) -> Iterator[RestateCluster]:
+    (tmp_path / "restate").mkdir()
+    with (
+        restate_server(tmp_path / "restate") as server,
+        restate_cluster(server, f"sqlite:///{tmp_path / 'loopguard.sqlite'}", tmp_path) as cluster,
+    ):
+        yield cluster
+
+
+def test_r20_killed_restate_handlers_end_as_the_receiver_says(restate_refunds: RestateCluster) -> None:
+    """The same on a real restate-server: each round's handler process is SIGKILLed at its point, restate-server
+    retries the invocation against the next process, whose guard asks the receiver about the refund left unknown."""
+    rounds = [
+        {"order": _order(), "kill": point, "tag": uuid.uuid4().hex[:10], "work": "probed", "by_name": False}
+        for point in RESTATE_ROUNDS
+    ]
+    results = restate_refunds.killed_then_retried(rounds)
+    writes = restate_refunds.writes()
+    store = restate_refunds.store()
+    try:
+        for request in rounds:
+            point, order, result = request["kill"], request["order"], results[request["tag"]]
+            status, reason, attempts, tools, answer = RESTATE_ROUNDS[point]
+            task_id = result["invocation"]
+            trace = [(e.kind, e.result_class) for e in store.trace(task_id)]
+            assert (result["status"], result["reason"]) == (status, reason), (point, result, trace)
+            assert writes[f"refund-{order}"] == 1, (point, writes[f"refund-{order}"], trace)
+            (op,) = store.operations(task_id)
+            assert (str(op.state), op.attempts) == ("committed", attempts), (point, op, trace)
+            task = store.task(task_id)
+            assert task is not None and task.used.tools == tools, (point, task.used, trace)
+            assert [(t.kind, t.who) for t in store.transitions(task_id)] == [("reconcile", "probe:refund")]
+            assert [e.result_class for e in store.trace(task_id) if e.kind == "probe"] == [f"probe_{answer}"], trace
+            assert result["pid"] == result["successor"], "the retried invocation ran in the successor"
     finally:
         store.close()
