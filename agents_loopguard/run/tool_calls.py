@@ -237,6 +237,7 @@ class ToolCalls(RunState):
         while True:
             if isinstance(ticket, Verdict):
                 held = self.guard.held_write(call) if lost and _probes(spec, ticket) else None
+                lost = False  # the dead attempt's write is asked about once
                 if held is not None and (yield from self._ask(spec, held, asked)):
                     ticket = self.guard.authorize(call)
                     continue
