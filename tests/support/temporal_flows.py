@@ -80,6 +80,9 @@ async def probed_refund(order: int) -> str:
     return f"refunded order {order}"
 
 
+probed_refund.__name__ = "refund"  # the tool the model calls (activity_as_tool names it by the function)
+
+
 @activity.defn
 @guarded_activity(options=lambda: OPTIONS[0])
 async def lookup(order: int, page: int) -> str:
