@@ -264,7 +264,7 @@ async def _listening(process: subprocess.Popen[bytes], folder: Path) -> None:
     raise AssertionError("the activity worker did not start in 60 s")
 
 
-async def _killed_workers(tmp_path: Path, rounds: list[tuple[str, str, int]]) -> dict[str, Any]:
+async def _killed_workers(tmp_path: Path, rounds: list[tuple[str, str, int]], work: str = "refund") -> dict[str, Any]:
     """Each round's workflow runs its activities in a worker process that SIGKILLs itself at the round's point; the
     next process (started meanwhile, serving the next round) gets the timed-out activity's retry."""
     store_url = f"sqlite:///{tmp_path / 'loopguard.sqlite'}"
@@ -286,6 +286,7 @@ async def _killed_workers(tmp_path: Path, rounds: list[tuple[str, str, int]]) ->
             "target": env.client.service_client.config.target_host,
             "namespace": env.client.namespace,
             "queue": "loopguard-activities",
+            "probed": work == "probed",
         }
         current = _worker({**config, "workflow": rounds[0][0], "kill": rounds[0][1]})
         try:
@@ -295,7 +296,7 @@ async def _killed_workers(tmp_path: Path, rounds: list[tuple[str, str, int]]) ->
                     await _listening(current, tmp_path)
                     handle = await env.client.start_workflow(
                         flows.AgentFlow.run,
-                        args=["refund", order, "loopguard-activities"],
+                        args=[work, order, "loopguard-activities"],
                         id=workflow_id,
                         task_queue="loopguard",
                     )
@@ -337,6 +338,37 @@ def test_r17_temporal_activity_workers_killed_run_every_write_once_with_exact_co
         assert task is not None and task.used.models == requests, (point, task, requests)
         assert task.status == result["status"], (point, task)
         assert requests == (3 if point == "in-model-step" else 1), (point, requests)
+
+
+PROBED = {  # kill point -> (refund ledger attempts, tool executions, the probe's answer)
+    "before-write": (2, 3, "not_committed"),
+    "in-tool": (1, 2, "committed"),
+    "in-verify": (1, 2, "committed"),
+}
+
+
+def test_r20_temporal_activity_workers_killed_around_a_probed_refund_end_as_the_receiver_says(tmp_path: Path) -> None:
+    """Rules: R20, R17. The refund activity has a probe: its worker is SIGKILLed before the write, after it, or
+    between it and its verify; Temporal retries the activity on the next worker, whose guard finds the refund
+    ``unknown`` (reserved by the dead attempt) and asks the receiver. Every workflow completes with one refund: the
+    stored answer when the receiver has it, one new attempt when it never got it."""
+    rounds = [(f"wf-probe-{uuid.uuid4().hex[:8]}", point, 7000 + n) for n, point in enumerate(PROBED)]
+    seen = asyncio.run(_killed_workers(tmp_path, rounds, work="probed"))
+    writes = Counter((tmp_path / "writes.log").read_text().split())
+    store = SQLStore(f"sqlite:///{tmp_path / 'loopguard.sqlite'}")
+    try:
+        for workflow_id, point, order in rounds:
+            result, (attempts, tools, answer) = seen["results"][workflow_id], PROBED[point]
+            trace = [(e.kind, e.result_class) for e in store.trace(workflow_id)]
+            assert writes[f"refund-{order}"] == 1, (point, writes, trace)
+            assert (result["status"], result["reason"]) == ("completed", "validated_done"), (point, result, trace)
+            (op,) = store.operations(workflow_id)
+            assert (str(op.state), op.attempts) == ("committed", attempts), (point, op, trace)
+            assert seen["tasks"][workflow_id].used.tools == tools, (point, trace)
+            assert [(t.kind, t.who) for t in store.transitions(workflow_id)] == [("reconcile", "probe:probed_refund")]
+            assert [r for k, r in trace if k == "probe"] == [f"probe_{answer}"], (point, trace)
+    finally:
+        store.close()
 
 
 def test_the_temporal_example_runs_a_guarded_workflow_and_concludes_its_task(tmp_path: Path) -> None:

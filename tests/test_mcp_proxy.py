@@ -54,16 +54,19 @@ def write_config(
     return path
 
 
-def proxy(config: Path, url: str) -> StdioServerParameters:
+def proxy(config: Path, url: str, env: dict[str, str] | None = None) -> StdioServerParameters:
     """The proxy as an MCP client starts it: a command speaking MCP on its stdio."""
     args = ["-m", "agents_loopguard", "--db", url, "mcp", str(config)]
-    return StdioServerParameters(command=sys.executable, args=args, env=get_default_environment(), cwd=str(REPO))
+    environment = {**get_default_environment(), **(env or {})}
+    return StdioServerParameters(command=sys.executable, args=args, env=environment, cwd=str(REPO))
 
 
-async def calls(config: Path, url: str, sequence: list[tuple[str, dict[str, Any]]]) -> list[tuple[bool, str]]:
+async def calls(
+    config: Path, url: str, sequence: list[tuple[str, dict[str, Any]]], env: dict[str, str] | None = None
+) -> list[tuple[bool, str]]:
     """One client session through the proxy: each call's (is_error, text)."""
     answers = []
-    async with Client(proxy(config, url), cache=None) as client:
+    async with Client(proxy(config, url, env), cache=None) as client:
         for name, args in sequence:
             result = await client.call_tool(name, args)
             text = "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
@@ -95,6 +98,23 @@ def test_a_lost_answer_never_sends_the_payment_twice(tmp_path: Path, sql_url: st
     view = task_of(sql_url, "payments-run")
     assert (view["status"], view["reason"]) == ("needs_reconciliation", "unknown_commit")
     assert len(read_lines(tmp_path / "calls.jsonl")) == view["tools_used"] == 1
+
+
+def test_r20_a_lost_answer_the_receiver_has_is_settled_by_the_tools_probe(tmp_path: Path, sql_url: str) -> None:
+    """``probe = "package.module:function"`` in the proxy's TOML: the payment's answer is lost, the probe finds it in
+    the receiver's ledger, the client gets the payment's result, and the payment was made once (R20)."""
+    probe = 'probe = "tests.support.mcp_probes:paid"\n'
+    config = write_config(tmp_path, upstream=("--lose", "1"), tools=PAY + probe)
+    pay = ("pay", {"invoice": "INV-8", "amount": 120})
+    env = {"MCP_EFFECTS": str(tmp_path / "effects.jsonl"), "PYTHONPATH": str(REPO)}
+    (error, text), (again_error, again) = run(calls(config, sql_url, [pay, pay], env))
+    assert not error and "pay done" in text and not again_error and again == text
+    assert [e["tool"] for e in read_lines(tmp_path / "effects.jsonl")] == ["pay"]
+    assert len(read_lines(tmp_path / "calls.jsonl")) == 1
+    view = task_of(sql_url, "payments-run")
+    assert [(o["operation_id"], o["state"]) for o in view["operations"]] == [("pay-INV-8", "committed")]
+    with SQLStore(sql_url) as store:
+        assert [(t.kind, t.who) for t in store.transitions("payments-run")] == [("reconcile", "probe:pay")]
 
 
 def test_a_stubborn_client_repeating_a_call_is_cut_after_the_allowed_repeats(tmp_path: Path, sql_url: str) -> None:

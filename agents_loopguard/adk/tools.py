@@ -21,6 +21,7 @@ from google.adk.tools.tool_context import ToolContext
 from ..run import UNDECLARED, ToolSpec, Verify, declare_tool
 from ..run.retry import NO_RETRY, RetryPolicy
 from ..values.calls import Kind
+from ..values.probes import Probe
 from .calls import active, run_call
 from .wire import misfit
 
@@ -64,9 +65,11 @@ def guarded_tool(
     max_executions: int | None = None,
     require_confirmation: bool | Callable[..., bool] = False,
     volatile_args: tuple[str, ...] = (),
+    probe: Probe | None = None,
 ) -> GuardedFunctionTool:
     """``FunctionTool(func, require_confirmation=...)`` with its guard declaration (the same rules as every
-    adapter's, :func:`~agents_loopguard.run.declare_tool`): a write needs ``operation_id`` and ``verify``. Without
+    adapter's, :func:`~agents_loopguard.run.declare_tool`): a write needs ``operation_id`` and ``verify``, and may
+    have a ``probe`` that asks the receiver about it when its answer was lost. Without
     any declaration keyword the tool declares nothing: a declaration by name (``RunOptions.tools``) applies, else
     it is guarded as a read without ``verify``.
 
@@ -80,7 +83,7 @@ def guarded_tool(
     """
     name = getattr(func, "__name__", "tool")
     given = kind is not None or operation_id is not None or verify is not None or max_executions is not None
-    given = given or bool(volatile_args)
+    given = given or bool(volatile_args) or probe is not None
     spec = UNDECLARED
     if given or retry is not NO_RETRY:
         spec = declare_tool(
@@ -91,6 +94,7 @@ def guarded_tool(
             retry=retry,
             max_executions=max_executions,
             volatile_args=volatile_args,
+            probe=probe,
         )
     return GuardedFunctionTool(func, spec, require_confirmation=require_confirmation)
 

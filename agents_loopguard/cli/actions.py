@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ..ops import operator
+from ..ops.probes import PROBES_ENV, load_probes, probe_operation
 from ..store.base import OperationState
 from ..values.errors import InputError
 from .base import JsonFlag, app, emit, json_flag, listed_by, operator_name, store
@@ -37,23 +38,42 @@ def stop(
 @app.command("reconcile")
 def reconcile_cmd(
     operation_id: str,
-    answer: Annotated[OperationState, typer.Argument(help="What the receiving system says.")],
-    who: Annotated[str, typer.Option(help="Who queried the receiver.")],
+    answer: Annotated[
+        OperationState | None, typer.Argument(help="What the receiving system says (none with --probe).")
+    ] = None,
+    who: Annotated[str | None, typer.Option(help="Who queried the receiver (default with --probe: your name).")] = None,
     why: Annotated[str, typer.Option(help="Evidence: what the receiver answered.")] = "",
     result: Annotated[str | None, typer.Option(help="The receiver's result, as JSON (for committed).")] = None,
     correct: Annotated[
         bool,
         typer.Option("--correct", metavar="", help="Correct the ledger: the receiver contradicts its known state."),
     ] = False,
+    probe: Annotated[
+        bool, typer.Option("--probe", metavar="", help="Ask the receiver with the write's own probe instead.")
+    ] = False,
+    probes: Annotated[
+        str | None,
+        typer.Option(help=f"The registry of probes, package.module:attribute (default: ${PROBES_ENV})."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Record the receiving system's answer for a write whose result is unknown (or confirm or correct a known one)."""
+    """Record the receiving system's answer for a write whose result is unknown (or confirm or correct a known one);
+    with --probe, the write's own probe asks the receiver and its answer is recorded."""
     json_flag(as_json)
-    try:
-        parsed = json.loads(result) if result is not None else None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--result is not JSON: {exc}") from None
-    done = operator.reconcile_operation(store(), operation_id, answer, who=who, why=why, result=parsed, correct=correct)
+    if probe:
+        if answer is not None or result is not None or correct or why:
+            raise InputError("--probe records the probe's own answer: give no answer, --why, --result or --correct")
+        done = probe_operation(store(), operation_id, load_probes(probes), who=who or operator_name())
+    else:
+        if answer is None or not who:
+            raise InputError("give the receiver's answer and --who (or ask the receiver with --probe)")
+        try:
+            parsed = json.loads(result) if result is not None else None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--result is not JSON: {exc}") from None
+        done = operator.reconcile_operation(
+            store(), operation_id, answer, who=who, why=why, result=parsed, correct=correct
+        )
     emit(done, lambda: typer.echo(f"{done['message']}; next: {', '.join(done['allowed_next_actions'])}"))
 
 

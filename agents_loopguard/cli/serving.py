@@ -44,6 +44,10 @@ def serve_cmd(
         bool, typer.Option(metavar="", help="Send the console's session cookie over HTTPS only (behind TLS).")
     ] = False,
     log_level: Annotated[str, typer.Option(help="Uvicorn's log level.")] = "info",
+    probes: Annotated[
+        str | None,
+        typer.Option(help="The registry of the writes' probes, package.module:attribute (default: $LOOPGUARD_PROBES)."),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (/api/v1) and the operators' web console over this store.
 
@@ -59,7 +63,15 @@ def serve_cmd(
         raise InputError(
             f"`loopguard serve` needs the server extra: pip install 'agents-loopguard[server]' ({exc})"
         ) from None
-    serve(url=state.url, host=host, port=port, secure_cookies=secure_cookies, log_level=log_level, echo=typer.echo)
+    serve(
+        url=state.url,
+        host=host,
+        port=port,
+        secure_cookies=secure_cookies,
+        log_level=log_level,
+        echo=typer.echo,
+        probes=probes,
+    )
 
 
 @app.command("migrate")

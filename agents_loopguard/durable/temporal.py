@@ -66,6 +66,7 @@ from ..run.tool_calls import jsonable
 from ..sdk import GuardedModel, LoopGuard
 from ..values.calls import Verdict
 from ..values.outcome import Outcome, Reason, RecoveryRecord
+from ..values.probes import Probe
 
 __all__ = [
     "CONCLUDE",
@@ -224,12 +225,14 @@ def guarded_activity(
     kind: str = "read",
     operation_id: Callable[[dict[str, Any]], Any] | None = None,
     verify: Any = None,
+    probe: Probe | None = None,
     options: RunOptions | Callable[[], RunOptions] | None = None,
     **fields: Unpack[RunFields],
 ) -> Callable[[F], F]:
     """Guard a tool activity's body (put it under ``@activity.defn``, then ``activity_as_tool``): each execution is
     reserved first, a write is named by ``operation_id(args)`` and checked by ``verify`` as with
-    :func:`~agents_loopguard.sdk.guarded_tool`; a refusal is a non-retryable ``ApplicationError``.
+    :func:`~agents_loopguard.sdk.guarded_tool`; a refusal is a non-retryable ``ApplicationError``. A write's
+    ``probe`` asks the receiver when its answer was lost (a worker killed inside it: Temporal retries the activity).
 
     The options are :class:`GuardedActivityModels`' (the same store and task); ``options`` may be a function that
     returns them, called at each execution (a store the worker opens when it starts, after the decoration).
@@ -237,7 +240,7 @@ def guarded_activity(
 
     def wrap(fn: F) -> F:
         name = fn.__name__
-        spec = declare_tool(name, kind=kind, operation_id=operation_id, verify=verify)  # type: ignore[arg-type]
+        spec = declare_tool(name, kind=kind, operation_id=operation_id, verify=verify, probe=probe)  # type: ignore[arg-type]
         signature = inspect.signature(fn)
 
         @functools.wraps(fn)

@@ -49,6 +49,7 @@ from .detectors import Recent
 from .ending import Ending
 from .loops import LoopRules, transient
 from .metering import Metering
+from .probing import Probing
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
@@ -63,7 +64,7 @@ logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 
 
-class Guard(Metering, Ending, LoopRules):
+class Guard(Metering, Ending, LoopRules, Probing):
     """The guard of one task: reserve before every call, decide from verified evidence, end with one Outcome.
 
     >>> from agents_loopguard import Budget
@@ -440,7 +441,8 @@ class Guard(Metering, Ending, LoopRules):
         record = next((op for op in self.store.operations(self.task_id) if op.operation_id == operation_id), None)
         if record is None or record.state is not OperationState.UNKNOWN:
             raise StateError(f"task {self.task_id!r} holds no reserved write {operation_id!r}")
-        reserved = (e.args for e in reversed(self.store.trace(self.task_id)) if e.operation_id == operation_id)
+        trace = reversed(self.store.trace(self.task_id))
+        reserved = (e.args for e in trace if e.operation_id == operation_id and e.kind == "tool")
         args = next((a for a in reserved if isinstance(a, dict)), {})  # as reserved (already redacted)
         call = Call(record.tool, args, kind="write", operation_id=operation_id)
         committed = effect == "committed"

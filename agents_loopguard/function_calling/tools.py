@@ -12,6 +12,7 @@ from typing import Any
 from ..engine.core import Kind
 from ..run import UNDECLARED, ToolSpec, declare_tool
 from ..run.retry import RetryPolicy
+from ..values.probes import Probe
 
 __all__ = ["GuardedTool", "LoopResult"]
 
@@ -62,9 +63,12 @@ class GuardedTool:
     """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
     volatile_args: tuple[str, ...] = ()
     """Arguments that are no part of the action (a timestamp, a request id): left out of the call's identity."""
+    probe: Probe | None = None
+    """For a write: ``(operation_id, args) -> committed(result) | NOT_COMMITTED | UNKNOWN``, a read-only question to
+    the receiver, asked when the write's answer was lost (:mod:`~agents_loopguard.values.probes`)."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The guard's declaration of this tool (checked when the tool is made); a tool made without ``kind``,
-    ``operation_id``, ``verify``, ``retry``, ``max_executions`` or ``volatile_args`` declares nothing, and a
+    ``operation_id``, ``verify``, ``retry``, ``max_executions``, ``volatile_args`` or ``probe`` declares nothing, and a
     declaration by name (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
 
     def __post_init__(self) -> None:
@@ -75,7 +79,7 @@ class GuardedTool:
         if not isinstance(self.parameters, Mapping):
             raise TypeError(f"tool {self.name!r}: parameters must be a JSON schema object (a mapping)")
         says = (self.kind, self.operation_id, self.verify, self.retry, self.max_executions, self.volatile_args)
-        if says == ("read", None, None, RetryPolicy(), None, ()):  # declares nothing: RunOptions.tools may
+        if says == ("read", None, None, RetryPolicy(), None, ()) and self.probe is None:  # declares nothing
             spec = UNDECLARED
         else:
             spec = declare_tool(
@@ -86,6 +90,7 @@ class GuardedTool:
                 retry=self.retry,
                 max_executions=self.max_executions,
                 volatile_args=self.volatile_args,
+                probe=self.probe,
             )
         object.__setattr__(self, "spec", spec)
 

@@ -18,6 +18,7 @@
     kind = "write"
     operation_id = "refund-{order_id}"   # default for a write: the tool and the canonical arguments
     verify = "result"                    # or "package.module:function" (args, result) -> evidence
+    probe = "payments_probes:refunded"   # optional: (operation_id, args) -> committed(result) | NOT_COMMITTED | UNKNOWN
     max_executions = 3
     approval = true
 
@@ -49,7 +50,7 @@ from .verify import canonical_operation_id, result_verify, templated_operation_i
 __all__ = ["ConfigError", "ProxyConfig", "TaskRule", "Upstream", "load_config", "parse_config"]
 
 TaskBy = Literal["session", "header", "argument", "fixed"]
-_TOOL_KEYS = {"kind", "operation_id", "verify", "max_executions", "approval"}
+_TOOL_KEYS = {"kind", "operation_id", "verify", "max_executions", "approval", "probe"}
 
 
 class ConfigError(InputError):
@@ -240,6 +241,7 @@ def _tool(name: str, entry: dict[str, Any]) -> ToolSpec:
             operation_id=_operation_id(name, template) if kind == "write" else None,
             verify=_verify(name, verify),
             max_executions=_count(entry, f"tools.{name}", "max_executions"),
+            probe=_function(name, "probe", entry["probe"]) if "probe" in entry else None,
         )
     except ValueError as exc:
         raise ConfigError(f"[tools.{name}]: {exc}") from None
@@ -264,15 +266,20 @@ def _verify(name: str, verify: Any) -> Any:
         return None
     if verify == "result":
         return result_verify
-    if not isinstance(verify, str) or verify.count(":") != 1:
-        raise ConfigError(f'[tools.{name}] verify: "result" or "package.module:function"')
-    module, attribute = verify.split(":")
+    return _function(name, "verify", verify, '"result" or ')
+
+
+def _function(name: str, key: str, path: Any, also: str = "") -> Any:
+    """The function ``package.module:function`` a tool's ``key`` names (its ``verify``, its ``probe``)."""
+    if not isinstance(path, str) or path.count(":") != 1:
+        raise ConfigError(f'[tools.{name}] {key}: {also}"package.module:function"')
+    module, attribute = path.split(":")
     try:
         found = getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"[tools.{name}] verify: cannot load {verify!r} ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(f"[tools.{name}] {key}: cannot load {path!r} ({type(exc).__name__}: {exc})") from None
     if not callable(found):
-        raise ConfigError(f"[tools.{name}] verify: {verify!r} is not callable")
+        raise ConfigError(f"[tools.{name}] {key}: {path!r} is not callable")
     return found
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..values.calls import KINDS, Kind
+from ..values.probes import Probe
 from .retry import NO_RETRY, RetryPolicy
 
 __all__ = [
@@ -50,6 +51,9 @@ class ToolSpec:
     """Top-level arguments that are no part of the action (a timestamp, a request id): left out of the call's
     identity, so calls that differ only in them are the same call to the repeat rules (and, for a write, the same
     payload). Never an argument that changes what the call does (a customer id, an amount, a page's cursor)."""
+    probe: Probe | None = None
+    """For a write: ``probe(operation_id, args)`` asks the receiving system, read-only, whether it holds the write
+    (:mod:`~agents_loopguard.values.probes`); the guard calls it when the write's answer was lost."""
 
     def operation_of(self, args: Mapping[str, Any]) -> str | Unnamed | None:
         """The business operation a write with these arguments performs (``None`` for a tool that is not a
@@ -89,6 +93,7 @@ def declare_tool(
     retry: RetryPolicy = NO_RETRY,
     max_executions: int | None = None,
     volatile_args: tuple[str, ...] | list[str] = (),
+    probe: Probe | None = None,
 ) -> ToolSpec:
     """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
 
@@ -96,6 +101,8 @@ def declare_tool(
 
     >>> declare_tool("search", volatile_args=("requested_at",)).volatile_args
     ('requested_at',)
+
+    ``probe`` (writes only) asks the receiver about a write whose answer was lost (:attr:`ToolSpec.probe`).
 
     >>> declare_tool("refund", kind="write", verify=lambda a, out: None)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -117,6 +124,11 @@ def declare_tool(
             )
     elif operation_id is not None:
         raise ValueError(f"tool {name!r}: operation_id only applies to kind='write'")
+    if probe is not None and (kind != "write" or not callable(probe)):
+        raise ValueError(
+            f"tool {name!r}: probe=callable(operation_id, args) -> committed(result) | NOT_COMMITTED | UNKNOWN "
+            "asks the receiver about a write; it applies to kind='write' only"
+        )
     if max_executions is not None and (
         isinstance(max_executions, bool) or not isinstance(max_executions, int) or max_executions < 0
     ):
@@ -130,6 +142,7 @@ def declare_tool(
         retry=retry,
         max_executions=max_executions,
         volatile_args=tuple(volatile_args),
+        probe=probe,
     )
 
 

@@ -158,7 +158,7 @@ class ToolCalls(RunState):
             if journal is not None and body is not None:
                 yield from self._pass_over(journal, call, body, began, lambda: True)
             return self._replayed(step.output)
-        before, executed = self.done, (yield from self._execute(spec, call))
+        before, executed = self.done, (yield from self._execute(spec, call, lost=step.attempts > 1))
         ran = journal.body_ended(began) if journal is not None else None
         if journal is not None and ran is None and step.attempts > 1:  # an attempt died in the body, not run now
             yield from self._pass_over(journal, call, None, began, lambda: self._journal_noted(key))
@@ -222,15 +222,27 @@ class ToolCalls(RunState):
             self.told.append(verdict)
         return Executed(output=output, message=message, verdict=verdict)
 
-    def _execute(self, spec: ToolSpec, call: Call) -> Generator[Any, Answer, Executed]:
+    def _execute(self, spec: ToolSpec, call: Call, *, lost: bool = False) -> Generator[Any, Answer, Executed]:
+        """``lost``: an earlier attempt of this execution died (a durable engine re-executes it), so a write it left
+        unknown may be probed."""
         if (skipped := self._skipped()) is not None:
             return skipped
         ticket = self.guard.authorize(call)
-        attempt = 1
+        attempt, asked = 1, Asked()
         while True:
             if isinstance(ticket, Verdict):
+                held = self.guard.held_write(call) if lost and _probes(spec, ticket) else None
+                lost = False  # the dead attempt's write is asked about once
+                if held is not None and (yield from self._ask(spec, held, asked)):
+                    ticket = self.guard.authorize(call)
+                    continue
                 return self._refused(ticket)
             outcome = yield from self._attempt(spec, ticket, attempt)
+            if isinstance(outcome, Lost):
+                if (yield from self._ask(spec, outcome.ticket, asked)):
+                    ticket, attempt = self.guard.authorize(call, retry_of=outcome.ticket), attempt + 1
+                    continue
+                return outcome.stands(_settled_failure(outcome.verdict, asked))
             if isinstance(outcome, Executed):
                 return outcome
             failure = outcome
@@ -245,7 +257,30 @@ class ToolCalls(RunState):
             attempt += 1
             ticket = self.guard.authorize(call, retry_of=ticket)
 
-    def _attempt(self, spec: ToolSpec, ticket: Ticket, attempt: int) -> Generator[Any, Answer, Executed | ToolFailure]:
+    def _ask(self, spec: ToolSpec, ticket: Ticket, asked: Asked) -> Generator[Any, Answer, bool]:
+        """Ask the receiver about ``ticket``'s write, whose answer was lost, with the tool's probe (R20): True when
+        the write may be authorized again, its answer recorded in the ledger (committed: its result is returned;
+        not_committed: one new attempt per call). Each probe is reserved by the guard; a probe that answers
+        ``unknown``, raises or answers garbage leaves the operation unknown."""
+        if spec.probe is None or not self.guard.lost_operation(ticket):
+            return False
+        probe, attempt = spec.probe, 1
+        assert ticket.call.operation_id is not None, "only a write is probed"
+        while self.guard.begin_probe(ticket, attempt=attempt) is None:
+            answer = yield Check(probe, (ticket.call.operation_id, dict(ticket.call.args)))
+            said = self.guard.record_probe(ticket, answer.value, error=answer.error)
+            if said is not None and said.state != "unknown":
+                asked.said = said.state
+                if said.state == "committed":
+                    return True
+                again, asked.resent = not asked.resent, True
+                return again
+            attempt += 1
+        return False
+
+    def _attempt(
+        self, spec: ToolSpec, ticket: Ticket, attempt: int
+    ) -> Generator[Any, Answer, Executed | ToolFailure | Lost]:
         """One authorized attempt: its result, or the transient failure (verified without effect) to retry."""
         failure: ToolFailure | None = None
         if ticket.replay:  # a committed write: its stored result, never a second execution
@@ -260,11 +295,11 @@ class ToolCalls(RunState):
                 if answer.error is not None and cancels(self.options.durable, answer.error):
                     raise answer.error  # the engine cancelled the run inside the body: the call stays in flight
                 if isinstance(answer.error, DeadlineExceeded):
-                    return self._failed(ticket, answer.error, reason=Reason.DEADLINE)
+                    return self._lost(spec, ticket, answer.error, Reason.DEADLINE)
                 if answer.error is not None:
                     kind = spec.retry.classify(answer.error)
                     if kind is None:
-                        return self._failed(ticket, answer.error)
+                        return self._lost(spec, ticket, answer.error, Reason.EXECUTOR_EXCEPTION)
                     failure = ToolFailure(answer.error, kind, attempt)
                 output = failure if failure is not None else answer.value
                 evidence = yield from self._evidence(spec, ticket, output, failed=failure is not None)
@@ -274,6 +309,9 @@ class ToolCalls(RunState):
             finally:
                 self.flights.pop(key, None)
         verdict = self.guard.settle(ticket, self._result(output, failure), evidence=evidence)
+        if verdict is not None and spec.probe is not None and _unproven_write(ticket, verdict):
+            ran = failure is None
+            return Lost(ticket, verdict, lambda settled: self._settled(settled, output, ran=ran))
         if verdict is not None:
             if failure is not None and failure.kind == "permission" and verdict.reason is Reason.APPROVAL:
                 detail = f"{ticket.call.tool}: {self.guard.storable(str(failure))}: a permission error is never retried"
@@ -292,8 +330,16 @@ class ToolCalls(RunState):
         if why is not None:
             self.guard.record_unguarded(tool, why, result_class="undeclared")
 
-    def _failed(self, ticket: Ticket, error: Exception, *, reason: Reason = Reason.EXECUTOR_EXCEPTION) -> Executed:
+    def _lost(self, spec: ToolSpec, ticket: Ticket, error: Exception, reason: Reason) -> Executed | Lost:
+        """The body raised (or outlived the deadline): recorded as failed; a write its tool can probe is
+        :class:`Lost` (the receiver is asked before the failure stands)."""
         failed = self.guard.fail(ticket, error, reason=reason)
+        if spec.probe is not None and ticket.call.kind == "write":
+            return Lost(ticket, failed, lambda settled: self._failure(error, settled))
+        return self._failure(error, failed)
+
+    def _failure(self, error: Exception, failed: Verdict) -> Executed:
+        reason = failed.reason
         self.failures[id(error)] = (error, failed)
         if self.failures_given_back and reason is Reason.EXECUTOR_EXCEPTION:
             return Executed(message=refusal_message(failed), error=error, verdict=failed)
@@ -347,6 +393,46 @@ class ToolCalls(RunState):
             return Verdict(Status.STOPPED, Reason.TOOL_TIMEOUT, f"{type(error).__name__}: {error}")
         self.interrupted.remove(flight)
         return self.guard.fail(flight.ticket, error, reason=Reason.TOOL_TIMEOUT)
+
+
+@dataclasses.dataclass
+class Asked:
+    """The probes of one proposed call: a ``not_committed`` answer allows one new attempt, once per call."""
+
+    resent: bool = False
+    said: str | None = None
+    """The receiver's last answer recorded in the ledger (``None``: nothing recorded)."""
+
+
+def _settled_failure(failed: Verdict, asked: Asked) -> Verdict:
+    """A body's failure, once the receiver proved the write never happened (again, after its one new attempt): the
+    operation is ``not_committed`` in the ledger, so the failure no longer needs reconciliation."""
+    if asked.said != "not_committed":
+        return failed
+    detail = f"{failed.detail}; the receiver says the write never happened (not_committed)"
+    reason = Reason.EXECUTOR_EXCEPTION if failed.reason is Reason.UNKNOWN_COMMIT else failed.reason
+    return Verdict(Status.STOPPED, reason, detail)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lost:
+    """An attempt of a write whose answer was lost (its body raised, or its verify could not prove the effect): its
+    failure (recorded) stands unless the receiver settles it."""
+
+    ticket: Ticket
+    verdict: Verdict
+    stands: Callable[[Verdict], Executed]
+    """What the run makes of the failure when it stands (given the verdict it ends with)."""
+
+
+def _unproven_write(ticket: Ticket, verdict: Verdict) -> bool:
+    """The settled attempt of a write (not a replay) whose effect was not proven: its answer is lost."""
+    return ticket.call.kind == "write" and not ticket.replay and verdict.reason is Reason.UNKNOWN_COMMIT
+
+
+def _probes(spec: ToolSpec, refused: Verdict) -> bool:
+    """A refusal a probe may settle: a write of a tool with a probe, refused because its operation is unknown."""
+    return spec.probe is not None and refused.reason is Reason.UNKNOWN_COMMIT
 
 
 def jsonable(value: Any) -> Any:

@@ -43,6 +43,7 @@ from agents.tool_context import ToolContext
 
 from ..engine.core import Kind
 from ..run import UNDECLARED, Executed, GuardedRun, RetryPolicy, ToolSpec, Verify, declare_tool
+from ..values.probes import Probe
 from ._internal import ACTIVE_RUN, execute
 
 __all__ = ["GuardedFunctionTool", "guard_tool", "guarded_tool", "tool_spec"]
@@ -318,6 +319,7 @@ def guarded_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    probe: Probe | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool: ...
 
@@ -333,6 +335,7 @@ def guarded_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    probe: Probe | None = None,
     **function_tool_options: Any,
 ) -> Callable[[ToolFunction[...]], FunctionTool]: ...
 
@@ -348,6 +351,7 @@ def guarded_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    probe: Probe | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool | Callable[[ToolFunction[...]], FunctionTool]:
     """``@function_tool`` with a guard declaration: the guard's declaration, and every ``function_tool`` keyword
@@ -368,6 +372,9 @@ def guarded_tool(
         retry: retries of a transient failure verified to have had no effect (none by default).
         volatile_args: arguments that are no part of the action (a timestamp, a request id): left out of the
             call's identity, so near-duplicates are the same call (never an argument that changes the meaning).
+        probe: for writes: ``probe(operation_id, args)`` (sync or async), a read-only question to the receiver by
+            the operation's stable id, asked when the write's answer was lost: ``committed(result)``,
+            ``NOT_COMMITTED`` or ``UNKNOWN`` (:mod:`agents_loopguard.values.probes`).
         **function_tool_options: ``function_tool``'s own keywords. ``failure_error_function``: not given, the SDK's
             default message; ``None``, the body's exception is raised and the run ends with the failure the guard
             recorded. It is read from the tool at call time, so ``dataclasses.replace(tool, ...)`` with another
@@ -389,7 +396,7 @@ def guarded_tool(
     if isinstance(func, ToolSpec):  # @guarded_tool(spec, ...): the declaration came first
         func, declaration = None, func
     fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify, "retry": retry}
-    fields.update(max_executions=max_executions, volatile_args=volatile_args)
+    fields.update(max_executions=max_executions, volatile_args=volatile_args, probe=probe)
 
     def decorate(the_func: ToolFunction[...]) -> FunctionTool:
         name = function_tool_options.get("name_override") or str(getattr(the_func, "__name__", "tool"))
@@ -414,6 +421,7 @@ def _declared(name: str, declaration: ToolSpec | None, fields: dict[str, Any]) -
         "retry": base.retry,
         "max_executions": base.max_executions,
         "volatile_args": base.volatile_args,
+        "probe": base.probe,
         **given,
     }
     return declare_tool(name, **merged)
@@ -457,6 +465,7 @@ def guard_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    probe: Probe | None = None,
 ) -> FunctionTool:
     """Guard a ``FunctionTool`` that already exists (made by ``function_tool``, ``agent.as_tool()``, by hand...).
 
@@ -475,7 +484,7 @@ def guard_tool(
     5
     """
     fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify}
-    fields.update(max_executions=max_executions, volatile_args=volatile_args)
+    fields.update(max_executions=max_executions, volatile_args=volatile_args, probe=probe)
     return _guard(tool, _declared(tool.name, declaration, {**fields, "retry": retry}))
 
 

@@ -10,16 +10,20 @@ their family (400 bad input, 404 unknown id, 409 refused by state, 503 store). S
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..ops import operator, pages, workflows
+from ..ops.probes import probe_operation
 from ..store.base import Store
 from ..values.budget import Budget
+from ..values.errors import InputError
+from ..values.probes import Probe
 from .auth import Forbidden, api_caller, api_operator
-from .config import Principal
+from .config import Principal, ServerConfig
 
 __all__ = ["router"]
 
@@ -229,6 +233,23 @@ def reconcile(request: Request, who: Operator, operation_id: str, body: Reconcil
     return operator.reconcile_operation(
         _store(request), operation_id, body.answer, who=who.name, why=body.why, result=body.result, correct=body.correct
     )
+
+
+@router.post("/operations/{operation_id:path}/probe", tags=["operations"], summary="Ask the receiver with the probe")
+def probe(request: Request, who: Operator, operation_id: str) -> dict[str, Any]:
+    """For a write whose result is unknown: run its tool's probe (the server's registry of probes) and record the
+    receiver's answer as a reconciliation by the probe; ``unknown`` or a failed probe records nothing."""
+    config: ServerConfig = request.app.state.config
+    return probe_operation(_store(request), operation_id, _probes(config), who=who.name)
+
+
+def _probes(config: ServerConfig) -> Mapping[str, Probe]:
+    if not config.probes:
+        raise InputError(
+            "this server has no registry of probes: start it with `loopguard serve --probes package.module:attribute` "
+            "(or LOOPGUARD_PROBES)"
+        )
+    return config.probes
 
 
 # --- pauses -------------------------------------------------------------------------------------------------------

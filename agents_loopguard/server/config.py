@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..values.errors import InputError
+from ..values.probes import Probe
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -213,3 +214,6 @@ class ServerConfig:
     session_ttl: float = 8 * 3600.0
     """Seconds a console login lasts."""
     title: str = "loopguard"
+    probes: Mapping[str, Probe] = field(default_factory=dict)
+    """The writes' probes by tool name (:func:`~agents_loopguard.ops.probes.load_probes`): an operator may ask the
+    receiver about an unknown operation of these tools (``POST /api/v1/operations/{op}/probe``, the console)."""

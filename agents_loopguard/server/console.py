@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from ..ops import measures, operator, pages
+from ..ops.probes import probe_operation
 from ..store.base import Store
 from ..values.errors import InputError, LoopguardError
 from .auth import LOGIN_COOKIE, SESSION_COOKIE, Forbidden, check_csrf, console_session
@@ -225,7 +226,8 @@ def task(request: Request, task_id: str, cursor: str = "", session: Session = Co
     """One task: counters against limits, stop and recover forms, timeline (a page, "earlier steps"), ledger with
     reconcile forms."""
     view = operator.task_view(_store(request), task_id, limit=TIMELINE_SHOWN, cursor=cursor or None)
-    return _page(request, "task.html", session, view=view, t=view["task"])
+    probed = sorted(_config(request).probes)
+    return _page(request, "task.html", session, view=view, t=view["task"], probed=probed)
 
 
 @router.get("/pauses/{pause_id:path}", response_class=HTMLResponse)
@@ -315,6 +317,19 @@ async def reconcile(request: Request, operation_id: str, session: Session = Cons
         return operator.reconcile_operation(
             store, operation_id, _field(form, "answer"), who=who, why=_field(form, "why"), result=result
         )
+
+    return await _act(request, session, safe_next(_field(await request.form(), "back")), action)
+
+
+@router.post("/operations/{operation_id:path}/probe")
+async def probe(request: Request, operation_id: str, session: Session = Console) -> Response:
+    """Ask the receiver about an unknown write with its tool's probe, as the logged-in operator."""
+    store, who, probes = _store(request), session.principal.name, _config(request).probes
+
+    def action(form: FormData) -> dict[str, Any]:
+        if not probes:
+            raise InputError("this server has no registry of probes: start it with `loopguard serve --probes ...`")
+        return probe_operation(store, operation_id, probes, who=who)
 
     return await _act(request, session, safe_next(_field(await request.form(), "back")), action)
 

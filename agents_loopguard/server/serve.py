@@ -14,6 +14,7 @@ from types import FrameType
 
 import uvicorn
 
+from ..ops.probes import PROBES_ENV, load_probes
 from .app import create_app
 from .config import TOKENS_ENV, ConfigError, ServerConfig, Tokens, is_loopback
 
@@ -91,20 +92,28 @@ def serve(
     secure_cookies: bool = False,
     log_level: str = "info",
     echo: Callable[[str], None] = print,
+    probes: str | None = None,
 ) -> None:
     """Serve the API and the console over the store at ``url`` until interrupted.
 
     Without tokens on a loopback address, an operator token named ``local`` is made for this run and written to a
     file only this user can read (its path is printed, never the token). SIGINT and SIGTERM both stop it cleanly:
     the file is removed and the store closed.
+
+    ``probes`` (else ``LOOPGUARD_PROBES``) names the registry of the writes' probes, ``package.module:attribute``
+    (:func:`~agents_loopguard.ops.probes.load_probes`), imported once here: operators may then ask the receiver.
     """
     from ..store.sql import SQLStore
 
     tokens = startup_tokens(host)
+    registry = load_probes(probes) if probes or os.environ.get(PROBES_ENV) else {}
     with _sigterm_unwinds(echo), _maybe_local_token(tokens, echo) as tokens:
         store = SQLStore(url)
         try:
-            app = create_app(store, ServerConfig(tokens=tokens, secure_cookies=secure_cookies))
+            config = ServerConfig(tokens=tokens, secure_cookies=secure_cookies, probes=registry)
+            app = create_app(store, config)
+            if registry:
+                echo(f"probes of the writes: {', '.join(sorted(registry))}")
             shown = f"[{host}]" if ":" in host else host
             echo(f"loopguard serve: console http://{shown}:{port}/ , API http://{shown}:{port}/api/v1")
             echo(f"accepted tokens: {', '.join(tokens.names())}")

@@ -137,6 +137,9 @@ class Policy:
     """A transient failure without effect (a ``retryable`` result, effect none or not_committed) is a retry: no
     stall, and its call may run again at the same revision; ``max_failures`` bounds them. False: the article's
     prototype's rule, where it counts as a stall and as a repetition like any result."""
+    max_probes: int = 2
+    """Probes of the receiver about one write whose answer was lost (a tool's ``probe``, R20), each reserved like a
+    tool execution; one that answers ``unknown`` or fails is asked again up to this many times. 0: never probe."""
     shadow: bool | tuple[str, ...] = False
     """Shadow mode: every loop rule is evaluated and each would-be verdict recorded (the trace, ``loopguard show``,
     the console, the metrics), and nothing is refused for it. True for every task, or the task families it names
@@ -148,7 +151,7 @@ class Policy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Policy.{name} must be an int >= 1, got {value!r}")
-        for name in ("max_cycle", "max_failures"):
+        for name in ("max_cycle", "max_failures", "max_probes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Policy.{name} must be an int >= 0 (0: off), got {value!r}")

@@ -72,6 +72,7 @@ class Tool:
     retry: RetryPolicy | None = None
     """The tool's retries of a transient failure (``None``: each adapter's default)."""
     volatile_args: tuple[str, ...] = ()
+    probe: Callable[[str, dict[str, Any]], Any] | None = None
 
     @property
     def name(self) -> str:
@@ -82,6 +83,8 @@ class Tool:
         declared: dict[str, Any] = {"kind": self.kind, "operation_id": self.operation_id, "verify": self.verify}
         if self.retry is not None:
             declared["retry"] = self.retry
+        if self.probe is not None:
+            declared["probe"] = self.probe
         return {**declared, "volatile_args": self.volatile_args}
 
     def for_sdk(self) -> Any:

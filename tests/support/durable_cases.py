@@ -32,6 +32,7 @@ from agents import RunHooks
 from agents.models.interface import Model
 from openai import AsyncOpenAI
 
+from agents_loopguard.values.probes import committed, not_committed
 from tests.support.scripted_openai import JSON, ScriptedOpenAIServer, Step, final_text, stall, tool_call
 
 KILL_POINTS = ("before-model-2", "reserved", "in-model-step", "after-model-1", "in-step", "in-tool", "in-verify")
@@ -83,6 +84,13 @@ class Refunds:
             log.write(f"refund-{order}\n")
         self.kills("in-step")
         return f"refunded order {order}"
+
+    def probe(self, operation_id: str, args: dict[str, Any]) -> Any:
+        """The receiver asked by the operation id, read-only (a tool's ``probe``): does the log hold the refund?"""
+        held = operation_id in (self.log.read_text().split() if self.log.exists() else [])
+        if not held:
+            return not_committed(evidence=f"no {operation_id} in the log")
+        return committed(f"refunded order {args['order']}", evidence=f"{operation_id} in the log (pid {os.getpid()})")
 
     def verify(self, args: dict[str, Any], output: Any) -> dict[str, Any]:
         self.kills("in-verify")

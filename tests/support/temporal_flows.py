@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agents_loopguard import Outcome, RunOptions
     from agents_loopguard.durable.temporal import check_tools, guarded_activity, run_guarded_temporal
+    from agents_loopguard.values.probes import committed, not_committed
 
 WRITES: list[Path] = []
 """The file each refund body appends a line to (set by the test before the worker starts)."""
@@ -30,6 +31,8 @@ AFTER_WRITE: list[Callable[[int], None]] = [lambda order: None]
 SIGKILL itself there)."""
 BEFORE_VERIFY: list[Callable[[int], None]] = [lambda order: None]
 """What happens between a refund's write and its verify."""
+BEFORE_WRITE: list[Callable[[int], None]] = [lambda order: None]
+"""What happens before a probed refund's write (a worker process may SIGKILL itself there)."""
 OPTIONS: list[RunOptions] = []
 """The guard's options for the tool activities (set by the test: the store and the budget)."""
 ONCE = RetryPolicy(initial_interval=timedelta(milliseconds=50), maximum_attempts=5)
@@ -51,6 +54,33 @@ async def refund(order: int) -> str:
         log.write(f"refund-{order}\n")
     AFTER_WRITE[0](order)
     return f"refunded order {order}"
+
+
+def in_the_log(operation_id: str, args: dict[str, Any]) -> Any:
+    """The refund's probe: the receiver (the log) asked, read-only, whether it holds the refund."""
+    if operation_id not in WRITES[0].read_text().split():
+        return not_committed(evidence=f"no {operation_id} in the log")
+    return committed(f"refunded order {args['order']}", evidence=f"{operation_id} in the log")
+
+
+@activity.defn(name="refund")
+@guarded_activity(
+    kind="write",
+    operation_id=lambda args: f"refund-{args['order']}",
+    verify=refunded,
+    probe=in_the_log,
+    options=lambda: OPTIONS[0],
+)
+async def probed_refund(order: int) -> str:
+    """Refund an order (the write: a line in the log; the refund has a probe)."""
+    BEFORE_WRITE[0](order)
+    with WRITES[0].open("a") as log:
+        log.write(f"refund-{order}\n")
+    AFTER_WRITE[0](order)
+    return f"refunded order {order}"
+
+
+probed_refund.__name__ = "refund"  # the tool the model calls (activity_as_tool names it by the function)
 
 
 @activity.defn
@@ -89,7 +119,7 @@ def _tools(work: str, queue: str | None) -> list[Any]:
     timeout = timedelta(seconds=3 if queue else 20)  # a dead worker's attempt times out
     if work == "plain":
         return [plain_refund]
-    fn = {"refund": refund, "lookup": lookup, "unguarded": unguarded_lookup}[work]
+    fn = {"refund": refund, "probed": probed_refund, "lookup": lookup, "unguarded": unguarded_lookup}[work]
     return [activity_as_tool(fn, task_queue=queue, start_to_close_timeout=timeout, retry_policy=ONCE)]
 
 

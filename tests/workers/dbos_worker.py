@@ -31,6 +31,7 @@ from agents_loopguard.durable.dbos import resume_guarded_dbos, run_guarded_dbos
 from agents_loopguard.run.durable import Replay
 from agents_loopguard.sdk import guarded_tool
 from agents_loopguard.store import SQLStore
+from agents_loopguard.values.probes import UNKNOWN, committed, not_committed
 from tests.support.durable_cases import KillInStep, Kills, Points, Refunds, model_client, operation_id, result
 
 CONFIG: dict[str, Any] = json.loads(sys.argv[1]) if __name__ == "__main__" else {"folder": "."}  # pytest collects it
@@ -50,6 +51,27 @@ def refund(order: int) -> str:
     return written
 
 
+@guarded_tool(
+    kind="write", operation_id=operation_id, verify=REFUNDS.verify, probe=REFUNDS.probe, name_override="refund"
+)
+def probed_refund(order: int) -> str:
+    """Refund an order (the refund has a probe: the receiver is asked when its answer was lost)."""
+    KILLS("before-write")
+    written = REFUNDS.write(order)
+    KILLS("in-tool")
+    return written
+
+
+@guarded_tool(
+    kind="write", operation_id=operation_id, verify=REFUNDS.verify, probe=lambda op, a: UNKNOWN, name_override="refund"
+)
+def unprobed_refund(order: int) -> str:
+    """Refund an order (its probe never knows)."""
+    written = REFUNDS.write(order)
+    KILLS("in-tool")
+    return written
+
+
 @guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
 @DBOS.step()
 async def refund_step(order: int) -> str:
@@ -57,14 +79,26 @@ async def refund_step(order: int) -> str:
     return REFUNDS.write(order)
 
 
-def _refunded_rows(args: dict[str, Any], output: Any) -> dict[str, Any]:
-    KILLS("in-verify")
+def _rows(order: int) -> bool:
     engine = sa.create_engine(CONFIG["app_url"].replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as conn:
         query = f'SELECT count(*) FROM "{CONFIG["app_schema"]}".refunds WHERE refund_order = :o'
-        done = bool(conn.execute(sa.text(query), {"o": args["order"]}).scalar())
+        done = bool(conn.execute(sa.text(query), {"o": order}).scalar())
     engine.dispose()
+    return done
+
+
+def _refunded_rows(args: dict[str, Any], output: Any) -> dict[str, Any]:
+    KILLS("in-verify")
+    done = _rows(args["order"])
     return {"revision": 1 if done else 0, "done": done, "effect": "committed" if done else "not_committed"}
+
+
+def _probe_rows(operation_id: str, args: dict[str, Any]) -> Any:
+    """The receiver asked, read-only: did a transaction commit the refund's row?"""
+    if _rows(args["order"]):
+        return committed(f"refunded order {args['order']}", evidence=f"the row of {operation_id} is committed")
+    return not_committed(evidence=f"no committed row for {operation_id}")
 
 
 async def _transaction(order: int) -> str:
@@ -82,6 +116,12 @@ async def refund_transaction(order: int) -> str:
     return str(await DATASOURCE[0].transaction(name="refund_tx")(_transaction)(order))
 
 
+@guarded_tool(kind="write", operation_id=operation_id, verify=_refunded_rows, probe=_probe_rows, name_override="refund")
+async def probed_transaction(order: int) -> str:
+    """Refund an order (a datasource transaction; the refund has a probe that reads the committed rows)."""
+    return str(await DATASOURCE[0].transaction(name="refund_tx")(_transaction)(order))
+
+
 @guarded_tool(
     kind="write", operation_id=operation_id, verify=REFUNDS.verify, needs_approval=True, name_override="refund"
 )
@@ -96,7 +136,15 @@ def lookup(order: int, page: int) -> str:
     return f"order {order}, page {page}: nothing new"
 
 
-TOOLS = {"refund": refund, "step": refund_step, "transaction": refund_transaction, "approve": approved_refund}
+TOOLS = {
+    "refund": refund,
+    "step": refund_step,
+    "transaction": refund_transaction,
+    "approve": approved_refund,
+    "probed": probed_refund,
+    "probed-unknown": unprobed_refund,
+    "probed-transaction": probed_transaction,
+}
 
 
 def agent(work: str) -> Agent[Any]:

@@ -55,6 +55,17 @@ def refund(order: int) -> str:
     return written
 
 
+@guarded_tool(
+    kind="write", operation_id=operation_id, verify=REFUNDS.verify, probe=REFUNDS.probe, name_override="refund"
+)
+def probed_refund(order: int) -> str:
+    """Refund an order (the refund has a probe: the receiver is asked when its answer was lost)."""
+    KILLS("before-write")
+    written = REFUNDS.write(order)
+    KILLS("in-tool")
+    return written
+
+
 @guarded_tool(kind="write", operation_id=operation_id, verify=REFUNDS.verify, name_override="refund")
 async def journaled_refund(order: int) -> str:
     """Refund an order (the write journaled by Restate: ``ctx.run``)."""
@@ -119,6 +130,7 @@ def agent(work: str, by_name: bool) -> Agent[Any]:
         model = KillInStep(inner, KILLS)
     tools = {
         "refund": [refund],
+        "probed": [probed_refund],
         "journaled": [journaled_refund],
         "lookup": [lookup],
         "slow": [slow_refund],

@@ -67,11 +67,13 @@ async def main() -> None:
     options = RunOptions(budget=Budget(model_turns=6, tool_executions=4), store=store)
     flows.WRITES[:], flows.OPTIONS[:] = [Path(CONFIG["writes"])], [options]
     flows.AFTER_WRITE[:], flows.BEFORE_VERIFY[:] = [_on_tag("in-tool")], [_on_tag("in-verify")]
+    flows.BEFORE_WRITE[:] = [_on_tag("before-write")]
     params = ModelActivityParameters(start_to_close_timeout=timedelta(seconds=3))
     models = GuardedActivityModels(Provider(), options=options)
     plugin = OpenAIAgentsPlugin(model_params=params, model_provider=models)
     client = await Client.connect(CONFIG["target"], namespace=CONFIG["namespace"], plugins=[plugin])
-    activities = [flows.refund, flows.lookup, models.conclusion()]
+    refund = flows.probed_refund if CONFIG.get("probed") else flows.refund  # both are the activity "refund"
+    activities = [refund, flows.lookup, models.conclusion()]
     async with Worker(client, task_queue=CONFIG["queue"], activities=activities):
         (Path(CONFIG["folder"]) / f"ready-{os.getpid()}").write_text("")
         await asyncio.Event().wait()
