@@ -206,3 +206,14 @@ def test_static_files_and_security_headers(browser: httpx.Client) -> None:
     assert page.headers["x-frame-options"] == "DENY"
     assert browser.get("/static/console.js").status_code == 200
     assert "text/css" in browser.get("/static/console.css").headers["content-type"]
+
+
+def test_the_console_has_a_favicon_where_pages_name_it_and_where_browsers_look(browser: httpx.Client) -> None:
+    """Issue 28: every page asked for /favicon.ico and got a 404."""
+    page = browser.get("/login").text
+    named = re.search(r'<link rel="icon" href="([^"]+)"', page)
+    assert named is not None
+    for path in (named.group(1), "/favicon.ico"):
+        icon = browser.get(path)  # before any login: the icon shows nothing
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml"), path
+        assert icon.text.startswith("<svg")
