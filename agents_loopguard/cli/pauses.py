@@ -29,7 +29,7 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
             ],
             free=("arguments",),
         )
-        views.committed_notes([view])
+        views.call_notes([view])
 
     emit(view, human)
 
@@ -55,12 +55,13 @@ def list_pauses(
             return
         views.table(
             None,
-            ["pause", "task", "calls", "turns left", "tools left", "digest", "created"],
+            ["pause", "task", "calls", "arguments (redacted)", "turns left", "tools left", "digest", "created"],
             [
                 [
                     v["pause_id"],
                     v["task_id"],
                     ", ".join(f"{c['call_id']}:{c['tool']}" for c in v["pending_calls"]),
+                    "; ".join(views.short(c["arguments"], 80) or "-" for c in v["pending_calls"]),
                     (v["task"] or v)["left"]["models"],
                     (v["task"] or v)["left"]["tools"],
                     "ok" if v["digest_ok"] else "MISMATCH",
@@ -68,9 +69,9 @@ def list_pauses(
                 ]
                 for v in waiting
             ],
-            free=("pause", "task", "calls"),
+            free=("pause", "task", "calls", "arguments (redacted)"),
         )
-        views.committed_notes(waiting)
+        views.call_notes(waiting)
         next_page(page["next"])
 
     emit(page, human)

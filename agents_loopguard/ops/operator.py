@@ -363,6 +363,9 @@ def decide_pause(
     view["message"] = (
         f"pause {record.pause_id} of task {record.task_id}: {decided}; the application's resume applies these decisions"
     )
+    for call in view["pending_calls"]:  # an approved write the ledger already holds as unknown will not be sent
+        if call["decision"] == "approve" and call["already_unknown"]:
+            view["message"] += f"; note: call {call['call_id']}: {call['already_unknown']}"
     return view
 
 
