@@ -356,8 +356,19 @@ def test_a_guarded_tool_outside_a_guarded_run_says_what_to_do() -> None:
         return "x"
 
     agent = Agent(name="a", model=calls([function_call("search", {"q": "x"}, call_id="c1")]), tools=[search])
-    with pytest.raises(UserError, match="outside a guarded run: run the agent with"):
+    with pytest.raises(UserError, match="outside a guarded run") as raised:
         asyncio.run(Runner.run(agent, "go"))
+    hint = str(raised.value)  # issue 28: it named only run_guarded, not the fix for the application's own Runner.run
+    for fix in (
+        "run_guarded(agent, input, budget=...)",
+        "run_guarded_sync",
+        "run_guarded_streamed",
+        "hooks=guard.hooks(), run_config=guard.run_config()",
+        "LoopGuard(input, budget=...)",
+        "run_guarded_dbos / run_guarded_restate / run_guarded_temporal",
+        "agents_loopguard.sdk.testing.call_tool",
+    ):
+        assert fix in hint, fix
 
 
 # --- the failure policy is the invoked tool's -------------------------------------------------------------
