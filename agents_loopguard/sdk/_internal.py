@@ -12,6 +12,7 @@ The rules are the guarded run's (:class:`~agents_loopguard.run.GuardedRun`) and 
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
@@ -23,7 +24,16 @@ from agents.tracing.traces import NoOpTrace
 from ..engine.core import Call, Guard, Verdict
 from ..run import Execute, Executed, GuardedRun, ToolSpec, adrive, perform_check_async, within_deadline
 
-__all__ = ["ACTIVE_RUN", "Halt", "current_guard", "execute", "maybe_await", "outside_a_run", "trace_decision"]
+__all__ = [
+    "ACTIVE_RUN",
+    "BODY_STARTS",
+    "Halt",
+    "current_guard",
+    "execute",
+    "maybe_await",
+    "outside_a_run",
+    "trace_decision",
+]
 
 
 def trace_decision(event: str, data: dict[str, Any]) -> None:
@@ -78,11 +88,23 @@ async def maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+BODY_STARTS: weakref.WeakKeyDictionary[GuardedRun, dict[str, Callable[[], Awaitable[None]]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per run, by call id: the application's ``on_tool_start`` of a guarded call, held back by
+:class:`~agents_loopguard.sdk.GuardHooks` until the guard lets the body run (:func:`execute` fires it once)."""
+
+
 async def execute(run: GuardedRun, spec: ToolSpec, call: Call, body: Callable[[], Awaitable[Any]]) -> Executed:
-    """The guarded run's execution of ``call`` on the event loop: the body is the SDK's (or the tool's own)."""
+    """The guarded run's execution of ``call`` on the event loop: the body is the SDK's (or the tool's own). The
+    application's held-back ``on_tool_start`` of the call fires right before its body first runs, never for a call
+    the guard refuses or answers from the ledger."""
 
     async def perform(effect: Any) -> Any:
         if isinstance(effect, Execute):
+            start = BODY_STARTS.get(run, {}).pop(call.call_id, None) if call.call_id is not None else None
+            if start is not None:
+                await start()
             return await within_deadline(body(), effect.timeout)
         return await perform_check_async(effect)
 
