@@ -7,8 +7,11 @@ from typing import Annotated
 import typer
 
 from .. import views
-from ..ops import operator, pages
+from ..ops import operator, pages, webhooks
 from .base import JsonFlag, app, emit, json_flag, listed_by, next_page, store
+
+DRAIN = 30.0
+"""Seconds ``approve`` and ``reject`` wait at most for the decision's webhook deliveries (its retries) to end."""
 
 
 @app.command("pause")
@@ -90,6 +93,7 @@ def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[
             reject_all=verb == "reject",
         )
     emit(done, lambda: typer.echo(done["message"]))
+    webhooks.drain_all(timeout=DRAIN)  # the decision's notice ($LOOPGUARD_DECISION_WEBHOOK) before the command exits
 
 
 @app.command("approve")
