@@ -14,7 +14,7 @@ import pytest
 from agents import Agent
 from agents.testing import ScriptedModel, assistant_message
 
-from agents_loopguard import Budget, Reason, Status, create_runner
+from agents_loopguard import Budget, Guard, Reason, Status, create_runner
 from agents_loopguard.sdk import guarded_tool, resume_guarded_sync
 from agents_loopguard.server import create_app
 from agents_loopguard.store.sql import SQLStore
@@ -119,3 +119,34 @@ def test_loopguard_pauses_shows_each_calls_arguments_redacted_as_stored(sql_url:
     assert '"order":40' in listed and '"order":41' in listed and "box arrived crushed" in listed
     stored = "; ".join(str(call["arguments"]) for call in pause.pending_calls)  # as the store redacted them
     assert stored in listed and PLANTED not in listed
+
+
+def test_reconcile_says_how_many_tasks_it_reopened_and_they_show_reopened_until_a_run_picks_them_up(
+    sql_url: str,
+) -> None:
+    """``loopguard reconcile ... committed`` printed "task t-one reopened" when it reopened two tasks, and the
+    reopened tasks showed as ``running`` although nothing ran them."""
+    args = {"order": 40, "note": "damaged", "api_key": PLANTED}
+    with SQLStore(sql_url) as store:
+        lost_refund(store, "t-one", args)  # the send whose answer was lost
+        lost_refund(store, "t-two", args)  # the same operation again: refused unknown_commit, waiting on it
+        assert [store.task(t).status for t in ("t-one", "t-two")] == ["needs_reconciliation"] * 2  # type: ignore[union-attr]
+    said = loopguard("reconcile", "refund-order-40", "committed", "--who", "ops", url=sql_url).stdout
+    assert "2 tasks reopened (t-one, t-two)" in said and "task t-one reopened" not in said
+    answer = json.loads(
+        loopguard("--json", "reconcile", "refund-order-40", "committed", "--who", "ops", url=sql_url).stdout
+    )
+    assert answer["reopened_tasks"] == [] and "task t-one stays reopened" in answer["message"]  # a confirmation
+    rows = json.loads(loopguard("--json", "tasks", url=sql_url).stdout)["tasks"]
+    assert {r["task_id"]: r["status"] for r in rows} == {"t-one": "reopened", "t-two": "reopened"}
+    listed = loopguard("tasks", "--status", "reopened", url=sql_url).stdout
+    assert "t-one" in listed and "t-two" in listed
+    shown = loopguard("show", "t-one", url=sql_url).stdout
+    assert shown.startswith("task t-one: reopened")
+    assert "reopened and not running" in shown
+    with SQLStore(sql_url) as store:
+        Guard(budget=Budget(3, 3), store=store, task_id="t-one")  # a run of the same task id opens it
+        assert store.task("t-one").status == "running"  # type: ignore[union-attr]
+    rows = json.loads(loopguard("--json", "tasks", url=sql_url).stdout)["tasks"]
+    assert {r["task_id"]: r["status"] for r in rows} == {"t-one": "running", "t-two": "reopened"}
+    assert "t-one" not in loopguard("tasks", "--status", "reopened", url=sql_url).stdout

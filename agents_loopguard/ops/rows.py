@@ -24,6 +24,7 @@ from ..store.base import (
     TraceEntry,
     TransitionRecord,
 )
+from ..store.records import REOPENED
 from ..values.budget import Budget
 from ..values.canonical import redact
 from ..values.errors import NotFoundError, StateError
@@ -100,7 +101,7 @@ def task_row(task: TaskSnapshot) -> dict[str, Any]:
     outcome = task.outcome or {}
     return {
         "task_id": task.task_id,
-        "status": task.status,
+        "status": REOPENED if task.reopened else task.status,
         "reason": outcome.get("reason"),
         "family": task.family,
         **counters(task.budget, task.used),

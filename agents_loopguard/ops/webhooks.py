@@ -33,8 +33,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from ..values.canonical import redact
 
 __all__ = [
@@ -187,6 +185,8 @@ class Webhook:
 
     def _post(self, event: str, delivery: str, data: bytes) -> str | None:
         """None when delivered; otherwise what went wrong ("refused ..." for an answer not worth retrying)."""
+        import httpx  # here: the operator command starts without an HTTP client (R22) until a notice is sent
+
         headers = {
             **self.headers,
             "Content-Type": "application/json",

@@ -37,6 +37,7 @@ PAGE_SIZE = 50
 TIMELINE_SHOWN = 200
 STATUS_LABELS = {
     "running": "running",
+    "reopened": "reopened",
     "completed": "completed",
     "partial": "partial",
     "stopped": "stopped",
