@@ -150,3 +150,9 @@ def test_reconcile_says_how_many_tasks_it_reopened_and_they_show_reopened_until_
     rows = json.loads(loopguard("--json", "tasks", url=sql_url).stdout)["tasks"]
     assert {r["task_id"]: r["status"] for r in rows} == {"t-one": "running", "t-two": "reopened"}
     assert "t-one" not in loopguard("tasks", "--status", "reopened", url=sql_url).stdout
+    with SQLStore(sql_url) as store, LiveServer(create_app(store, CONFIG)) as live:
+        with httpx.Client(base_url=live.url, timeout=30, headers=bearer("ana")) as api:
+            assert api.get("/api/v1/tasks/t-two").json()["task"]["status"] == "reopened"
+            assert [t["task_id"] for t in api.get("/api/v1/tasks?status=reopened").json()["tasks"]] == ["t-two"]
+        page = console_page(live.url, "/tasks?status=reopened")
+        assert "t-two" in page and '<span class="badge status-reopened">reopened</span>' in page
