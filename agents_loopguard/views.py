@@ -16,9 +16,10 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 __all__ = [
-    "committed_notes",
+    "call_notes",
     "console",
     "of",
     "one_line",
@@ -60,7 +61,7 @@ def table(
         else:
             grid.add_column(header, overflow="ellipsis", no_wrap=True)
     for row in rows:
-        grid.add_row(*("-" if cell is None else str(cell) for cell in row))
+        grid.add_row(*(Text("-" if cell is None else str(cell)) for cell in row))  # text, never Rich markup
     if shown.is_terminal:
         shown.print(grid)
         return
@@ -150,7 +151,7 @@ def show_tables(view: dict[str, Any]) -> None:
             ],
             free=("calls", "decisions", "why"),
         )
-        committed_notes(view["pauses"])
+        call_notes(view["pauses"])
     if view["transitions"]:
         table(
             "transitions",
@@ -171,12 +172,14 @@ def show_tables(view: dict[str, Any]) -> None:
         )
 
 
-def committed_notes(pauses: list[dict[str, Any]]) -> None:
-    """Say under a pause's calls which of them would run nothing: their operation is already committed."""
+def call_notes(pauses: list[dict[str, Any]]) -> None:
+    """Say under a pending pause's calls which of them would not send: their operation is already committed (the
+    stored result comes back) or already unknown (the resume ends needing reconciliation)."""
     for view in pauses:
         for call in view["pending_calls"]:
-            if call["already_committed"] and view["status"] == "pending":
-                typer.echo(f"  note: {view['pause_id']} call {call['call_id']}: {call['already_committed']}")
+            for note in (call["already_committed"], call["already_unknown"]):
+                if note and view["status"] == "pending":
+                    typer.echo(f"  note: {view['pause_id']} call {call['call_id']}: {note}")
 
 
 def pause_lines(view: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ from agents import Agent, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from agents_loopguard import Budget
-from agents_loopguard.sdk import guarded_tool, resume_guarded_sync, run_guarded_sync
+from agents_loopguard.sdk import guarded_tool, resume_decided_sync, run_guarded_sync
 from agents_loopguard.store.sql import SQLStore
 
 set_tracing_disabled(True)
@@ -130,20 +130,23 @@ def pause(db: str, task_id: str, note: str) -> dict[str, Any]:
 
 
 def resume(db: str, pause_id: str, wait: float) -> dict[str, Any]:
-    """Step 3: wait for the operator's decision, then resume the pause in this process (counters continue)."""
+    """Step 3: resume the pause once an operator decided it, in this process (counters continue). No poller of our
+    own: ``resume_decided`` waits for the decisions on the pause's task (and would lose the claim, safely, to
+    another worker that got there first)."""
     store = SQLStore(db)
     try:
-        give_up = time.monotonic() + wait
-        while True:
-            record = store.pause(pause_id)
-            if record is None:
-                raise SystemExit(f"no pause {pause_id!r} in {db}")
-            if record.status != "pending":
-                break
-            if time.monotonic() > give_up:
-                raise SystemExit(f"pause {pause_id} is still waiting for a decision after {wait:g} s")
-            time.sleep(0.2)
-        outcome = resume_guarded_sync(support_agent(), pause_id, store=store, who="worker-2")
+        paused = store.pause(pause_id)
+        if paused is None:
+            raise SystemExit(f"no pause {pause_id!r} in {db}")
+        met = resume_decided_sync(support_agent(), tasks=[paused.task_id], store=store, who="worker-2", wait=wait)
+        done = [m for m in met if m.pause_id == pause_id]
+        if not done:
+            raise SystemExit(f"pause {pause_id} is still waiting for a decision after {wait:g} s")
+        outcome = done[0].outcome
+        if outcome is None:
+            raise SystemExit(f"pause {pause_id} was not resumed here: {done[0].skipped}")
+        record = store.pause(pause_id)
+        assert record is not None
         return {
             "pid": os.getpid(),
             "task_id": outcome.task_id,

@@ -237,7 +237,7 @@ def test_recover_from_the_cli_extends_limits_and_keeps_counters(sql_url: str) ->
     out = loopguard("recover", "t-r", "--who", "lead", "--why", "productive; 3 more", "--more-turns", "3", url=url)
     assert "limits now 5 turns" in out.stdout and "used so far 2" in out.stdout
     task = as_json("show", "t-r", url=url)
-    assert task["task"]["status"] == "running" and task["task"]["used"]["models"] == 2
+    assert task["task"]["status"] == "reopened" and task["task"]["used"]["models"] == 2
     assert task["transitions"][0]["budget_delta"] == {"model_turns": 3}
 
 

@@ -4,6 +4,7 @@ are ones that work from a clone (the package is not published)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -56,3 +57,23 @@ def test_the_readme_installs_from_a_clone_or_a_built_wheel() -> None:
     assert "pip wheel --no-deps -w dist ." in commands  # the wheel tests/test_packaging.py builds and installs
     for marker in ("# the demo", "# the tests"):  # .ci/run runs the Quick start lines that end with these
         assert sum(line.rstrip().endswith(marker) for line in text.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["tasks", "operations", "transitions", "pauses"])
+def test_a_page_of_zero_rows_is_refused_not_reported_as_an_empty_store(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: ``loopguard tasks --limit 0`` must not say "no tasks in this store" of a store that has tasks."""
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(SystemExit):
+        cli.main(["--db", db, "demo"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--db", db, command, "--limit", "0"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and "'--limit'" in err and "greater than or equal to 1" in err, err
+    assert out == ""  # neither "no tasks in this store" nor an empty table
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--db", db, "--json", command, "--limit", "0"])
+    answer = json.loads(capsys.readouterr().out)
+    assert done.value.code == 2 and answer["kind"] == "input" and "'--limit'" in answer["error"], answer

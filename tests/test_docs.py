@@ -157,6 +157,27 @@ def test_the_readme_is_a_short_page() -> None:
         assert any(line.rstrip().endswith(marker) for line in text.splitlines()), marker
 
 
+def test_every_install_line_installs_from_the_repository_with_extras_that_exist() -> None:
+    """Issue 28: docs/server.md said ``pip install 'agents-loopguard[server]'``, a package no index publishes. Every
+    ``pip install`` of a page installs the clone (``.``) or a wheel built from it, with extras pyproject.toml has."""
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    installs = [
+        (page.name, match.group(1))
+        for page in PAGES
+        for match in re.finditer(r"pip install ((?:-[-\w]+ )*'?[^\s'`]+'?)", page.read_text(encoding="utf-8"))
+        if not match.string.startswith("` finds nothing", match.end())  # the README saying it is not published
+    ]
+    assert any(name == "server.md" for name, _ in installs), "docs/server.md says how to install the server"
+    for name, command in installs:
+        target = command.split()[-1].strip("'")
+        assert target.startswith((".", "dist/")), f"{name}: pip install {command} (the package is not published)"
+        named = re.search(r"\[([\w,]+)\]", target)
+        unknown = set(named.group(1).split(",")) - extras if named else set()
+        assert not unknown, f"{name}: pip install {command} names extras pyproject.toml lacks: {unknown}"
+
+
 def test_a_marker_that_does_not_fit_its_block_is_refused(tmp_path: Path) -> None:
     """A typo'd or misplaced marker fails loudly instead of silently running (or skipping) a block."""
     page = tmp_path / "page.md"

@@ -274,7 +274,7 @@ def test_reconcile_operation_reopens_then_refuses_by_state(store: Store) -> None
     unknown = reconcile_operation(store, "inv-7", "unknown", who="ops")
     assert unknown["state"] == "unknown" and unknown["task_reopened"] is False and "stays unknown" in unknown["message"]
     done = plain_json(reconcile_operation(store, "inv-7", "committed", who="ops", result={"receipt": "r-77"}))
-    assert done["state"] == "committed" and done["task_reopened"] is True and done["task_status"] == "running"
+    assert done["state"] == "committed" and done["task_reopened"] is True and done["task_status"] == "reopened"
     assert done["operation"]["result"] == {"receipt": "r-77"} and done["still_unknown"] == []
     assert done["transition"]["kind"] == "reconcile" and ISO.match(done["transition"]["at"])
     assert done["allowed_next_actions"] == ["return_result", "human_review"] and "reopened" in done["message"]
@@ -292,7 +292,7 @@ def test_recover_task_extends_limits_and_keeps_counters(store: Store) -> None:
     with pytest.raises(InputError):
         recover_task(store, "t-r", who="lead", why="w", extend={"model_turns": -1})
     done = plain_json(recover_task(store, "t-r", who="lead", why="two more", extend={"model_turns": 2}))
-    assert done["task"]["status"] == "running" and done["task"]["limits"]["models"] == 4
+    assert done["task"]["status"] == "reopened" and done["task"]["limits"]["models"] == 4  # nothing runs it yet
     assert done["task"]["used"]["models"] == 1 and done["transition"]["budget_delta"] == {"model_turns": 2}
     assert "limits now 4 turns and 2 tool executions; used so far 1 turn and 0 tool executions" in done["message"]
     with pytest.raises(StateError, match="running"):

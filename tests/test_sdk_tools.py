@@ -356,8 +356,19 @@ def test_a_guarded_tool_outside_a_guarded_run_says_what_to_do() -> None:
         return "x"
 
     agent = Agent(name="a", model=calls([function_call("search", {"q": "x"}, call_id="c1")]), tools=[search])
-    with pytest.raises(UserError, match="outside a guarded run: run the agent with"):
+    with pytest.raises(UserError, match="outside a guarded run") as raised:
         asyncio.run(Runner.run(agent, "go"))
+    hint = str(raised.value)  # issue 28: it named only run_guarded, not the fix for the application's own Runner.run
+    for fix in (
+        "run_guarded(agent, input, budget=...)",
+        "run_guarded_sync",
+        "run_guarded_streamed",
+        "hooks=guard.hooks(), run_config=guard.run_config()",
+        "LoopGuard(input, budget=...)",
+        "run_guarded_dbos / run_guarded_restate / run_guarded_temporal",
+        "agents_loopguard.sdk.testing.call_tool",
+    ):
+        assert fix in hint, fix
 
 
 # --- the failure policy is the invoked tool's -------------------------------------------------------------
@@ -612,3 +623,74 @@ def test_context_parameters_and_callable_objects_work_as_with_function_tool() ->
         assert (outcome.status, outcome.value) == (Status.COMPLETED, expected)
     with pytest.raises(UserError, match="partial"):
         guarded_tool(functools.partial(aweather, "Oslo"))
+
+
+# --- the application's own hooks see the bodies that ran ---------------------------------------------------
+
+
+class Journal(agents.RunHooks[Any]):
+    """The application's own run hooks: what they were told started and ended."""
+
+    def __init__(self) -> None:
+        self.starts: list[str] = []
+        self.ends: list[str] = []
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.starts.append(context.tool_call_id)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+        self.ends.append(context.tool_call_id)
+
+
+async def _run_with(door: str, agent: Agent[Any], journal: Journal) -> Any:
+    from agents import Runner
+
+    from agents_loopguard.sdk import LoopGuard
+
+    if door == "run_guarded":
+        return await run_guarded(agent, "go", budget=BUDGET, store=MemoryStore(), hooks=journal)
+    guard = LoopGuard("go", budget=BUDGET, store=MemoryStore())
+    try:
+        result = await Runner.run(agent, guard.input, hooks=guard.hooks(journal), run_config=guard.run_config())
+    except Exception as exc:
+        return await guard.outcome(exc)
+    return await guard.outcome(result)
+
+
+@pytest.mark.parametrize("door", ["run_guarded", "Runner.run with guard.hooks()"])
+def test_the_applications_on_tool_start_fires_only_for_calls_whose_body_runs(door: str) -> None:
+    """Issue 28: the user's ``on_tool_start`` fired for calls the guard then refused (5 starts for 4 executions).
+    A loop of identical searches (the third is refused before it runs), and a refund proposed twice (the second is
+    answered from the ledger): the hooks hear of exactly the bodies that ran, each start with its end."""
+    bodies: list[str] = []
+
+    @guarded_tool(verify=lambda a, out: {"revision": 1, "done": False, "effect": "none"})
+    def search(q: str) -> str:
+        """Search."""
+        bodies.append("search")
+        return "doc-14"
+
+    @guarded_tool(
+        kind="write",
+        operation_id=lambda a: f"refund-{a['order']}",
+        verify=lambda a, out: {"revision": 1, "done": False, "effect": "committed"},
+    )
+    def refund(order: int) -> str:
+        """Refund."""
+        bodies.append("refund")
+        return "refunded"
+
+    searches = [[function_call("search", {"q": "refund policy"}, call_id=f"s{n}")] for n in range(4)]
+    looping = Agent(name="a", model=calls(*searches), tools=[search])
+    journal = Journal()
+    outcome = asyncio.run(_run_with(door, looping, journal))
+    assert outcome.reason is Reason.SAME_CALL, outcome  # the third search was refused before it ran
+    assert bodies == ["search", "search"] and journal.starts == journal.ends == ["s0", "s1"]
+
+    bodies.clear()
+    twice = [[function_call("refund", {"order": 7}, call_id=f"r{n}")] for n in range(2)]
+    refunding = Agent(name="a", model=calls(*twice), tools=[refund])
+    journal = Journal()
+    outcome = asyncio.run(_run_with(door, refunding, journal))
+    assert outcome.used.tools == 1, outcome  # the second proposal is answered from the ledger
+    assert bodies == ["refund"] and journal.starts == journal.ends == ["r0"]

@@ -145,6 +145,8 @@ def test_on_a_phone_no_column_of_a_pending_call_is_cut(chromium: Any, db: str, p
         with LiveServer(create_app(store, CONFIG)) as server:
             context = chromium.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
             page = context.new_page()
+            answers: list[tuple[int, str]] = []
+            page.on("response", lambda response: answers.append((response.status, response.url)))
             page.goto(f"{server.url}/login")
             page.fill("input[name=token]", SECRETS["ana"])
             page.click("button[type=submit]")
@@ -160,6 +162,10 @@ def test_on_a_phone_no_column_of_a_pending_call_is_cut(chromium: Any, db: str, p
                 "[...document.querySelectorAll('.card')].filter(c => c.scrollWidth > c.clientWidth + 1).length"
             )
             assert cut == 0, "a card scrolls sideways: a column is cut off"
+            icon = page.evaluate("document.querySelector('link[rel=icon]').href")
+            assert context.request.get(icon).status == 200  # the page names its icon, and it is there
+            assert any("favicon" in url for _, url in answers)  # the browser asked for the icon
+            assert [a for a in answers if a[0] >= 400] == []  # no 404 (the favicon was one on every page)
             context.close()
     finally:
         store.close()

@@ -179,6 +179,23 @@ def test_stop_reconcile_and_recover_forms(browser: httpx.Client, store: SQLStore
     assert transition.who == "ana"
 
 
+def test_the_reconcile_form_preselects_no_answer_and_refuses_none(browser: httpx.Client, store: SQLStore) -> None:
+    """Issue 28: the form came with "committed: it happened" selected, one click from recording a guess."""
+    lost_write(store, "pay-3", "inv-3")
+    csrf = log_in(browser)
+    page = browser.get("/tasks/pay-3").text
+    form = re.search(r'<form[^>]*action="/operations/inv-3/reconcile".*?</form>', page, re.S)
+    assert form is not None
+    select = re.search(r'<select name="answer"([^>]*)>(.*?)</select>', form.group(0), re.S)
+    assert select is not None and "required" in select.group(1)
+    options = re.findall(r'<option value="([^"]*)"([^>]*)>', select.group(2))
+    assert [value for value, attrs in options if "selected" in attrs] == [""]  # the placeholder, which is disabled
+    assert [value for value, _ in options] == ["", "committed", "not_committed", "unknown"]
+    answer = browser.post("/operations/inv-3/reconcile", data={"csrf_token": csrf, "why": "x", "back": "/tasks/pay-3"})
+    assert answer.status_code == 303 and "choose what the receiver said" in browser.get("/tasks/pay-3").text
+    assert str(store.lookup_operation("inv-3").state) == "unknown"  # type: ignore[union-attr]
+
+
 def test_tasks_page_filters_by_status_and_unknown_ids_are_404(browser: httpx.Client, store: SQLStore) -> None:
     paused_task(store, "ticket-1")
     budget_stopped(store, "search-2")
@@ -206,3 +223,14 @@ def test_static_files_and_security_headers(browser: httpx.Client) -> None:
     assert page.headers["x-frame-options"] == "DENY"
     assert browser.get("/static/console.js").status_code == 200
     assert "text/css" in browser.get("/static/console.css").headers["content-type"]
+
+
+def test_the_console_has_a_favicon_where_pages_name_it_and_where_browsers_look(browser: httpx.Client) -> None:
+    """Issue 28: every page asked for /favicon.ico and got a 404."""
+    page = browser.get("/login").text
+    named = re.search(r'<link rel="icon" href="([^"]+)"', page)
+    assert named is not None
+    for path in (named.group(1), "/favicon.ico"):
+        icon = browser.get(path)  # before any login: the icon shows nothing
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml"), path
+        assert icon.text.startswith("<svg")

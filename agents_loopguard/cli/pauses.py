@@ -7,8 +7,11 @@ from typing import Annotated
 import typer
 
 from .. import views
-from ..ops import operator, pages
+from ..ops import operator, pages, webhooks
 from .base import JsonFlag, app, emit, json_flag, listed_by, next_page, store
+
+DRAIN = 30.0
+"""Seconds ``approve`` and ``reject`` wait at most for the decision's webhook deliveries (its retries) to end."""
 
 
 @app.command("pause")
@@ -29,7 +32,7 @@ def show_pause(pause_id: str, as_json: JsonFlag = False) -> None:
             ],
             free=("arguments",),
         )
-        views.committed_notes([view])
+        views.call_notes([view])
 
     emit(view, human)
 
@@ -55,12 +58,13 @@ def list_pauses(
             return
         views.table(
             None,
-            ["pause", "task", "calls", "turns left", "tools left", "digest", "created"],
+            ["pause", "task", "calls", "arguments (redacted)", "turns left", "tools left", "digest", "created"],
             [
                 [
                     v["pause_id"],
                     v["task_id"],
                     ", ".join(f"{c['call_id']}:{c['tool']}" for c in v["pending_calls"]),
+                    "; ".join(views.short(c["arguments"], 80) or "-" for c in v["pending_calls"]),
                     (v["task"] or v)["left"]["models"],
                     (v["task"] or v)["left"]["tools"],
                     "ok" if v["digest_ok"] else "MISMATCH",
@@ -68,9 +72,9 @@ def list_pauses(
                 ]
                 for v in waiting
             ],
-            free=("pause", "task", "calls"),
+            free=("pause", "task", "calls", "arguments (redacted)"),
         )
-        views.committed_notes(waiting)
+        views.call_notes(waiting)
         next_page(page["next"])
 
     emit(page, human)
@@ -89,6 +93,7 @@ def _decide(pause_id: str, who: str, why: str, approve: list[str], reject: list[
             reject_all=verb == "reject",
         )
     emit(done, lambda: typer.echo(done["message"]))
+    webhooks.drain_all(timeout=DRAIN)  # the decision's notice ($LOOPGUARD_DECISION_WEBHOOK) before the command exits
 
 
 @app.command("approve")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import getpass
 import hmac
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -36,6 +37,8 @@ from ..values.digests import digest_key as _key
 from ..values.digests import seal as _seal
 from ..values.errors import InputError, NotFoundError, StateError
 from .conversations import task_of
+from .decisions import notifier_from_env
+from .webhooks import failure_text
 
 __all__ = [
     "APPROVE",
@@ -62,6 +65,7 @@ __all__ = [
 
 APPROVE = "approve"
 REJECT = "reject"
+_log = logging.getLogger("agents_loopguard.ops.approvals")
 
 
 class DecisionError(InputError):
@@ -195,12 +199,17 @@ def decide(
     secrets: Iterable[str] = (),
     key: str | bytes | None = None,
     now: float | None = None,
+    notify: Callable[[Store, PauseRecord], object] | None = None,
 ) -> PauseRecord:
     """Record an operator's decisions on a pending pause, for the application's process that resumes it.
 
     The pause is checked against its digest first; the decisions are stored with their digest (over the pause, the
     decisions and who decided; keyed with ``key``, else ``$LOOPGUARD_PAUSE_KEY``). ``who`` and ``why`` are
     redacted before they are stored (credential patterns, and the ``secrets`` given).
+
+    Once stored, the decision is told to ``notify(store, pause)`` (default: the
+    :class:`~agents_loopguard.ops.decisions.DecisionNotifier` of ``$LOOPGUARD_DECISION_WEBHOOK``, if set): a signed
+    webhook, posted in the background; its failure is logged and never undoes the decision.
 
     >>> from agents_loopguard import Budget, Guard, MemoryStore
     >>> store = MemoryStore()
@@ -233,7 +242,20 @@ def decide(
     who, why = operator_text(who, secrets), operator_text(why, secrets)
     digest = decisions_digest(record, checked, who, key=key)
     at = time.time() if now is None else now
-    return store.decide_pause(pause_id, who=who, decisions=checked, why=why, digest=digest, now=at)
+    decided = store.decide_pause(pause_id, who=who, decisions=checked, why=why, digest=digest, now=at)
+    _tell(store, decided, notify)
+    return decided
+
+
+def _tell(store: Store, record: PauseRecord, notify: Callable[[Store, PauseRecord], object] | None) -> None:
+    """Hand the recorded decision to the notifier (the given one, else the environment's); never raises."""
+    notifier = notify if notify is not None else notifier_from_env()
+    if notifier is None:
+        return
+    try:
+        notifier(store, record)
+    except Exception as exc:  # the decision is recorded: its notice cannot undo it
+        _log.warning("pause %s: the decision notice failed (%s)", record.pause_id, failure_text(exc))
 
 
 # --- resuming a pause, framework-free: the checks before anything runs, and the one claim that wins -------------

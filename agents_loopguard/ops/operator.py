@@ -158,7 +158,14 @@ def _running_actions(task: TaskSnapshot, unknown: list[str]) -> tuple[list[str],
     the commands of that path: a write whose effect is unknown is reconciled first, then the task is recovered."""
     reopen = f"reopen the task by a recorded decision: loopguard recover {task.task_id} --who W --why ..."
     if not unknown:  # marked: a live worker stops at its next dispatch; a dead one never will
-        return (["recover"], [f"once no worker runs it, {reopen}"]) if task.stop_reason else (["stop"], [])
+        if task.stop_reason:
+            return ["recover"], [f"once no worker runs it, {reopen}"]
+        if task.reopened:  # by a recorded transition; no worker has taken it up yet
+            return ["stop"], [
+                f"reopened and not running: nothing runs it until the application runs task {task.task_id} again "
+                "(the same task id: its counters go on)"
+            ]
+        return ["stop"], []
     ops = ", ".join(unknown)
     steps = [
         f"ask the receiver about {ops}, then record its answer: loopguard reconcile {unknown[0]} "
@@ -363,6 +370,9 @@ def decide_pause(
     view["message"] = (
         f"pause {record.pause_id} of task {record.task_id}: {decided}; the application's resume applies these decisions"
     )
+    for call in view["pending_calls"]:  # an approved write the ledger already holds as unknown will not be sent
+        if call["decision"] == "approve" and call["already_unknown"]:
+            view["message"] += f"; note: call {call['call_id']}: {call['already_unknown']}"
     return view
 
 
@@ -374,18 +384,23 @@ def _answer(answer: OperationState | str) -> OperationState:
         raise InputError(f"the receiver's answer {answer!r} is none of {choices}") from None
 
 
-def _reconcile_message(operation_id: str, state: OperationState, task: TaskSnapshot | None, reopened: bool) -> str:
+def _reconcile_message(operation_id: str, state: OperationState, task: TaskSnapshot | None, reopened: list[str]) -> str:
+    """What a reconciliation did, in one line: the answer, and every task it reopened (by count and by id)."""
     if state is OperationState.UNKNOWN:
         return (
             f"operation {operation_id} stays unknown; nothing was recorded: query the receiver again with the "
             "operation id, or ask a human"
         )
     text = f"operation {operation_id}: {state}"
-    if task is None:
-        return text
     if reopened:
-        return f"{text}; task {task.task_id} reopened (its counters are kept)"
-    return f"{text}; task {task.task_id} stays {task.status}"
+        ids = ", ".join(reopened)
+        text += (
+            f"; {_plural(len(reopened), 'task')} reopened ({ids}), counters kept: "
+            f"{'it waits' if len(reopened) == 1 else 'they wait'} for a run of the same task id (status reopened)"
+        )
+    if task is not None and task.task_id not in reopened:
+        text += f"; task {task.task_id} stays {task_row(task)['status']}"
+    return text
 
 
 def reconcile_operation(
@@ -420,18 +435,19 @@ def reconcile_operation(
     task_id = done.operation.task_id
     task = store.task(task_id)
     reopened = done.transition is not None
+    every = [task_id] * reopened + list(done.reopened_elsewhere)
     return {
         "operation_id": operation_id,
         "state": str(done.operation.state),
         "operation": operation_row(done.operation),
         "task_id": task_id,
-        "task_status": task.status if task else None,
+        "task_status": task_row(task)["status"] if task else None,
         "task_reopened": reopened,
-        "reopened_tasks": [task_id] * reopened + list(done.reopened_elsewhere),
+        "reopened_tasks": every,
         "still_unknown": _unknown_writes(store, task_id),
         "transition": transition_row(done.transition) if done.transition else None,
         "allowed_next_actions": [str(a) for a in done.allowed_next_actions],
-        "message": _reconcile_message(operation_id, state, task, reopened),
+        "message": _reconcile_message(operation_id, state, task, every),
     }
 
 

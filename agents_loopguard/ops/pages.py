@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from ..store.base import OperationState, Store
 from ..store.queries import Key, OperationQuery, PauseQuery, TaskQuery, TransitionQuery
+from ..store.records import REOPENED
 from ..values.errors import InputError
 from ..values.outcome import Reason, Status
 from .rows import counters, now, operation_row, pause_row, step_row, task_row, transition_row
@@ -50,8 +51,9 @@ __all__ = [
 
 MAX_PAGE = 1000
 """The most rows one page may hold."""
-TASK_STATUSES: tuple[str, ...] = ("running", *(str(s) for s in Status))
-"""The statuses a task can have: ``running``, or the terminal status of its outcome."""
+TASK_STATUSES: tuple[str, ...] = ("running", REOPENED, *(str(s) for s in Status))
+"""The statuses a task can have: ``running``; ``reopened`` (by a recorded transition, until a run picks it up);
+or the terminal status of its outcome. A ``running`` filter lists the reopened tasks too (neither has an outcome)."""
 PAUSE_STATUSES = ("pending", "decided", "resumed")
 TRANSITION_KINDS = ("resume", "recover", "reconcile", "confirm", "correct", "stop")
 T = TypeVar("T")
@@ -149,9 +151,15 @@ def task_page(
     """A page of tasks, newest first, as rows (counters used, limits and left, revision, stop mark, family, times);
     filter by status, outcome reason, family, task id prefix, last update. See the module for ``cursor``."""
     limit = _limit(limit)
+    status = _choice("status", status, TASK_STATUSES)
+    reason = _choice("reason", reason, [str(r) for r in Reason])
+    if status == REOPENED:  # stored as a running task whose reason says it waits for a run
+        if reason is not None:
+            raise InputError("a reopened task has no outcome, so no reason: filter by status or by reason")
+        status, reason = "running", REOPENED
     query = TaskQuery(
-        status=_choice("status", status, TASK_STATUSES),
-        reason=_choice("reason", reason, [str(r) for r in Reason]),
+        status=status,
+        reason=reason,
         family=family or None,
         prefix=prefix or None,
         updated_after=parse_time(updated_after, name="updated_after"),

@@ -24,6 +24,7 @@ from ..store.base import (
     TraceEntry,
     TransitionRecord,
 )
+from ..store.records import REOPENED
 from ..values.budget import Budget
 from ..values.canonical import redact
 from ..values.errors import NotFoundError, StateError
@@ -100,7 +101,7 @@ def task_row(task: TaskSnapshot) -> dict[str, Any]:
     outcome = task.outcome or {}
     return {
         "task_id": task.task_id,
-        "status": task.status,
+        "status": REOPENED if task.reopened else task.status,
         "reason": outcome.get("reason"),
         "family": task.family,
         **counters(task.budget, task.used),
@@ -174,14 +175,31 @@ def _digest_ok(record: PauseRecord) -> bool:
     return True
 
 
-def _committed(store: Store, operation_id: Any) -> str | None:
+def _ledger_state(store: Store, operation_id: Any) -> OperationRecord | None:
+    """The ledger's record of a pending call's operation (None when it has none: the call would be its first send)."""
+    return store.lookup_operation(operation_id) if isinstance(operation_id, str) and operation_id else None
+
+
+def _committed(op: OperationRecord | None) -> str | None:
     """What to tell the approver when the call's operation is already committed (nothing would run again)."""
-    op = store.lookup_operation(operation_id) if isinstance(operation_id, str) and operation_id else None
     if op is None or op.state is not OperationState.COMMITTED:
         return None
     return (
-        f"operation {operation_id!r} is already committed (by task {op.task_id!r}): approving runs nothing, "
+        f"operation {op.operation_id!r} is already committed (by task {op.task_id!r}): approving runs nothing, "
         "the stored result is returned; rejecting does not undo it"
+    )
+
+
+def _unknown(op: OperationRecord | None) -> str | None:
+    """What to tell the approver when the call's operation already has an unknown result (an earlier answer was
+    lost): approving cannot send it (nothing may re-send an unknown write), so the resume ends needing
+    reconciliation; the receiver's answer, recorded first, is what lets it go on."""
+    if op is None or op.state is not OperationState.UNKNOWN:
+        return None
+    return (
+        f"operation {op.operation_id!r} already has an unknown result (an earlier send by task {op.task_id!r} lost "
+        "its answer): approving sends nothing and the resume ends needs_reconciliation/unknown_commit; ask the "
+        f"receiver first and record its answer (loopguard reconcile {op.operation_id} committed|not_committed --who W)"
     )
 
 
@@ -193,9 +211,11 @@ def pause_row(record: PauseRecord, store: Store) -> dict[str, Any]:
             "operation_id": call.get("operation_id"),
             "arguments": json_object(call.get("arguments")),
             "decision": record.decisions.get(str(call.get("call_id"))),
-            "already_committed": _committed(store, call.get("operation_id")),
+            "operation_state": str(op.state) if op is not None else None,
+            "already_committed": _committed(op),
+            "already_unknown": _unknown(op),
         }
-        for call in record.pending_calls
+        for call, op in ((c, _ledger_state(store, c.get("operation_id"))) for c in record.pending_calls)
     ]
     return {
         "pause_id": record.pause_id,

@@ -24,6 +24,7 @@ from ..ops.approvals import ResumeError
 from ..run import OnRefusal, ToolSpec
 from ._internal import current_guard
 from .attach import LoopGuard
+from .decided import ResumedPause, resume_decided, resume_decided_sync
 from .hooks import GuardHooks
 from .model import GuardedModel, GuardedModelProvider, register_step_model
 from .pauses import pending_calls, persist_pause
@@ -40,6 +41,7 @@ __all__ = [
     "LoopGuard",
     "OnRefusal",
     "ResumeError",
+    "ResumedPause",
     "ToolSpec",
     "current_guard",
     "guard_tool",
@@ -47,6 +49,8 @@ __all__ = [
     "pending_calls",
     "persist_pause",
     "register_step_model",
+    "resume_decided",
+    "resume_decided_sync",
     "resume_guarded",
     "resume_guarded_sync",
     "run_guarded",

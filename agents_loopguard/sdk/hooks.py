@@ -5,7 +5,10 @@ attempt) and guarded tools by their own wrapper; the hooks cover what reaches ne
 the stop mark before the next agent starts) and local tools that appear only at run time (shell and computer
 tools, MCP tools of a server outside the guarded copy: those of its ``mcp_servers`` reserve themselves in
 ``call_tool``), reserved as reads on ``on_tool_start`` and settled on ``on_tool_end``. A refusal there can only
-end the run (the SDK offers no way to skip one tool from a hook). The application's own hooks run after ours.
+end the run (the SDK offers no way to skip one tool from a hook). The application's own hooks run after ours; for a
+guarded function tool its ``on_tool_start`` waits until the guard lets the body run, and a call the guard refuses
+(or answers from the ledger) reaches neither its ``on_tool_start`` nor its ``on_tool_end``: starts and ends count
+the bodies that ran.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from agents.run_context import AgentHookContext, RunContextWrapper
 from agents.tool import FunctionTool, Tool
 
 from ..run import Answer, Executed, GuardedRun
-from ._internal import Halt
+from ._internal import BODY_STARTS, Halt
 from .kinds import is_guarded_local
 from .mcp import is_guarded_mcp_tool
 from .tools import is_guarded
@@ -80,22 +83,25 @@ class GuardHooks(RunHooks[Any]):
             await self._inner.on_handoff(context, from_agent, to_agent)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
-        if not (
-            is_guarded(tool)
-            or is_guarded_local(tool)
-            or self._composed_function(tool)
-            or is_guarded_mcp_tool(agent, tool)
-        ):
+        in_invoker = is_guarded(tool) or self._composed_function(tool)
+        if not (in_invoker or is_guarded_local(tool) or is_guarded_mcp_tool(agent, tool)):
             self._reserve_unwrapped(context, tool)
-        if self._inner is not None:
-            await self._inner.on_tool_start(context, agent, tool)
+        inner, call_id = self._inner, _call_id(context)
+        if inner is None:
+            return
+        if in_invoker and call_id is not None:  # the guard decides inside the invoker: start when the body runs
+            BODY_STARTS.setdefault(self._run, {})[call_id] = lambda: inner.on_tool_start(context, agent, tool)
+            return
+        await inner.on_tool_start(context, agent, tool)
 
     async def on_tool_end(self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object) -> None:
         steps = self._unwrapped.pop(_key(context, tool), None)
         if steps is not None:
             with contextlib.suppress(StopIteration):  # the execution settles: bounded by the progress rules
                 steps.send(Answer(result))
-        if self._inner is not None:
+        call_id = _call_id(context)
+        held = BODY_STARTS.get(self._run, {}).pop(call_id, None) if call_id is not None else None
+        if self._inner is not None and held is None:  # held: the body never ran (refused, or a ledger replay)
             await self._inner.on_tool_end(context, agent, tool, result)
 
     def _composed_function(self, tool: Tool) -> bool:

@@ -41,7 +41,7 @@ from agents.exceptions import UserError
 from agents.tool import ProgrammaticToolCallingTool
 
 from ..run import GuardedRun
-from ._internal import ACTIVE_RUN, maybe_await
+from ._internal import ACTIVE_RUN, maybe_await, outside_a_run
 from .tools import run_call, tool_spec
 
 __all__ = ["admit_tools", "guard_local", "is_guarded_local"]
@@ -102,7 +102,7 @@ def admit_tools(run: GuardedRun, tools: Iterable[Any]) -> None:
 def _active(name: str) -> GuardedRun:
     run = ACTIVE_RUN.get()
     if run is None:
-        raise UserError(f"the guarded tool {name!r} was invoked outside a guarded run: run the agent with run_guarded")
+        raise outside_a_run(f"the guarded tool {name!r}")
     return run
 
 

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from agents.agent_output import AgentOutputSchemaBase
-from agents.exceptions import UserError
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
@@ -35,7 +34,7 @@ from ..run.requests import Failed, Send, model_request
 from ..run.retry import RetryPolicy
 from ..values.outcome import Reason
 from . import private
-from ._internal import ACTIVE_RUN, Halt
+from ._internal import ACTIVE_RUN, Halt, outside_a_run
 from .kinds import admit_tools
 
 if TYPE_CHECKING:
@@ -105,9 +104,7 @@ class GuardedModel(Model):
         this model are shared by every run of an unchanged agent graph)."""
         run = self._bound or ACTIVE_RUN.get()
         if run is None:
-            raise UserError(
-                "a guarded model was called outside a guarded run: run the agent with agents_loopguard.sdk.run_guarded"
-            )
+            raise outside_a_run("a guarded model")
         return run
 
     @property

@@ -3,8 +3,9 @@
 :class:`PauseNotifier` is an ``on_pause`` hook for the guarded entry points. It first stores the pause as the
 default does (:func:`~agents_loopguard.sdk.persist_pause`), then posts the pause id, the task, each pending call's
 tool and redacted arguments (as stored with the pause), and the console link, from a background thread with bounded
-retries. The run never waits for the webhook and never fails because of it: a failed delivery is logged (with the
-webhook's host only: a Slack webhook URL is itself a secret) and dropped.
+retries, through the same :class:`~agents_loopguard.ops.webhooks.Webhook` as the decisions' notices (signed with
+``$LOOPGUARD_WEBHOOK_SECRET`` or ``secret=``). The run never waits for the webhook and never fails because of it: a
+failed delivery is logged (with the webhook's host only: a Slack webhook URL is itself a secret) and dropped.
 
 The body has Slack's ``text`` and ``blocks`` (attacker text escaped for Slack's markup, so a tool argument cannot
 make a link or an ``@channel``), and the same data as fields under ``pause`` for other receivers (n8n, a pager)::
@@ -22,35 +23,19 @@ make a link or an ``@channel``), and the same data as fields under ``pause`` for
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote, urlsplit
-
-import httpx
+from urllib.parse import quote
 
 from ..ops.operator import pause_notice
+from ..ops.webhooks import Webhook, short_json, slack_text
 from ..store.base import Store
 from ..values.canonical import redact
 
 __all__ = ["PauseNotifier", "pause_message"]
 
 log = logging.getLogger("agents_loopguard.sdk.notify")
-_SHOWN = 600
-"""Characters of one call's arguments shown in the Slack text (the full, redacted arguments are under ``pause``)."""
-
-
-def _slack(text: str) -> str:
-    """Escape text for Slack's markup: no link, mention or formatting can come from it."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 def pause_message(pause: Mapping[str, Any], *, console_url: str | None = None) -> dict[str, Any]:
@@ -58,18 +43,20 @@ def pause_message(pause: Mapping[str, Any], *, console_url: str | None = None) -
     link = f"{console_url.rstrip('/')}/pauses/{quote(str(pause['pause_id']), safe='')}" if console_url else None
     calls = [dict(call) for call in pause.get("calls", ())]
     lines = [
-        f"• `{_slack(str(c.get('tool')))}` {_slack(_short(c.get('arguments')))}"
-        + (f" (operation `{_slack(str(c['operation_id']))}`)" if c.get("operation_id") else "")
+        f"• `{slack_text(str(c.get('tool')))}` {slack_text(short_json(c.get('arguments')))}"
+        + (f" (operation `{slack_text(str(c['operation_id']))}`)" if c.get("operation_id") else "")
         for c in calls
     ]
     head = (
-        f"Task {_slack(str(pause['task_id']))} waits for approval ({len(calls)} call{'s' if len(calls) != 1 else ''})"
+        f"Task {slack_text(str(pause['task_id']))} waits for approval "
+        f"({len(calls)} call{'s' if len(calls) != 1 else ''})"
     )
     text = head + ":\n" + "\n".join(lines) + (f"\n<{link}|Decide in the console>" if link else "")
     blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
     return {
         "text": text,
         "blocks": blocks,
+        "event": "pause.created",
         "pause": {
             "pause_id": pause["pause_id"],
             "task_id": pause["task_id"],
@@ -83,7 +70,8 @@ class PauseNotifier:
     """An ``on_pause`` hook: store the pause, then post it to ``webhook_url`` in the background.
 
     ``attempts`` deliveries at most (a 2xx ends them; a 4xx other than 408/429 is not retried), ``timeout`` seconds
-    each, ``backoff`` seconds doubling between them. ``persist`` is the hook that stores the pause (default
+    each, ``backoff`` seconds doubling between them; signed with ``secret`` (else ``$LOOPGUARD_WEBHOOK_SECRET``,
+    see :mod:`agents_loopguard.ops.webhooks`). ``persist`` is the hook that stores the pause (default
     :func:`~agents_loopguard.sdk.persist_pause`); it runs first, in the run, and its errors are the run's.
     """
 
@@ -97,22 +85,20 @@ class PauseNotifier:
         backoff: float = 0.5,
         headers: Mapping[str, str] | None = None,
         persist: Callable[[Any, Any], Any] | None = None,
+        secret: str | bytes | None = None,
     ) -> None:
-        parts = urlsplit(webhook_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("webhook_url must be an http(s) URL")
-        if attempts < 1:
-            raise ValueError("attempts must be at least 1")
+        self.webhook = Webhook(
+            webhook_url,
+            attempts=attempts,
+            timeout=timeout,
+            backoff=backoff,
+            headers=headers,
+            secret=secret,
+            logger=log,
+        )
         self.webhook_url = webhook_url
         self.console_url = console_url
-        self.attempts = attempts
-        self.timeout = timeout
-        self.backoff = backoff
-        self.headers = dict(headers or {})
         self.persist = persist
-        self._shown = parts.hostname  # what the log may say about the receiver
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
 
     def __call__(self, result: Any, guard: Any) -> str | None:
         """The ``on_pause`` hook: store the pause (in the run), then notify (in the background)."""
@@ -134,51 +120,8 @@ class PauseNotifier:
         except Exception as exc:  # the run goes on whatever happens to its notification
             log.warning("pause %s: no notification (%s: %s)", pause_id, type(exc).__name__, redact(str(exc)))
             return
-        thread = threading.Thread(target=self._deliver, args=(pause_id, body), name=f"notify-{pause_id}", daemon=True)
-        with self._lock:
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._threads.append(thread)
-        thread.start()
+        self.webhook.send("pause.created", f"pause {pause_id}", body)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait for the deliveries in flight; True when none is left (for scripts that exit right after a run)."""
-        give_up = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(None if give_up is None else max(0.0, give_up - time.monotonic()))
-        return not any(t.is_alive() for t in threads)
-
-    def _deliver(self, pause_id: str, body: dict[str, Any]) -> None:
-        delay = self.backoff
-        for attempt in range(1, self.attempts + 1):
-            problem = self._post(body)
-            if problem is None:
-                log.info("pause %s: notified %s (attempt %d)", pause_id, self._shown, attempt)
-                return
-            final = problem.startswith("refused") or attempt == self.attempts
-            log.warning(
-                "pause %s: notifying %s failed (attempt %d of %d): %s%s",
-                pause_id,
-                self._shown,
-                attempt,
-                self.attempts,
-                problem,
-                "; giving up" if final else "",
-            )
-            if final:
-                return
-            time.sleep(delay)
-            delay *= 2
-
-    def _post(self, body: dict[str, Any]) -> str | None:
-        """None when delivered; otherwise what went wrong ("refused ..." for an answer not worth retrying)."""
-        try:
-            with httpx.Client(timeout=self.timeout, follow_redirects=False) as client:
-                response = client.post(self.webhook_url, json=body, headers=self.headers)
-        except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}"
-        if 200 <= response.status_code < 300:
-            return None
-        retry = response.status_code >= 500 or response.status_code in (408, 429)
-        return f"{'' if retry else 'refused: '}HTTP {response.status_code}"
+        return self.webhook.drain(timeout)

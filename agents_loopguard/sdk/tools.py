@@ -44,7 +44,7 @@ from agents.tool_context import ToolContext
 from ..engine.core import Kind
 from ..run import UNDECLARED, Executed, GuardedRun, RetryPolicy, ToolSpec, Verify, declare_tool
 from ..values.probes import Probe
-from ._internal import ACTIVE_RUN, execute
+from ._internal import ACTIVE_RUN, execute, outside_a_run
 
 __all__ = ["GuardedFunctionTool", "guard_tool", "guarded_tool", "tool_spec"]
 _SPEC = "__loopguard_spec__"
@@ -190,10 +190,7 @@ def _guarded_invoker(
         run = ACTIVE_RUN.get()
         name = getattr(ctx, "tool_name", None) or "tool"
         if run is None:
-            raise UserError(
-                f"guarded tool {name!r} was invoked outside a guarded run: run the agent with "
-                "agents_loopguard.sdk.run_guarded (or run_guarded_sync / run_guarded_streamed)"
-            )
+            raise outside_a_run(f"guarded tool {name!r}")
         call_id = getattr(ctx, "tool_call_id", None)
         declared = run.declaration(name, spec)  # the wrapper's own, or the run's by name (RunOptions.tools)
         frame = _FRAME.get()

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
@@ -130,7 +130,8 @@ class _Guarded:
         if not length.isdigit() or int(length) > MAX_BODY:
             await self._too_large(send)
             return
-        static = str(scope.get("path", "")).startswith("/static/")
+        path = str(scope.get("path", ""))
+        static = path.startswith("/static/") or path == "/favicon.ico"
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -174,6 +175,11 @@ class _TooLarge(Exception):
     pass
 
 
+def _favicon() -> Response:
+    """The console's icon where browsers look for it without reading a page (no login: it shows nothing)."""
+    return FileResponse(console.HERE / "static" / "favicon.svg", media_type="image/svg+xml")
+
+
 def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     """The API and the console over ``store`` (the caller owns the store: close it after the server stops)."""
     config = config or ServerConfig()
@@ -198,5 +204,6 @@ def create_app(store: Store, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(console.router)
     app.mount("/static", StaticFiles(directory=console.HERE / "static"), name="static")
+    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)  # asked for by browsers whatever the page
     app.add_middleware(_Guarded)
     return app

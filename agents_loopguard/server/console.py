@@ -38,6 +38,7 @@ PAGE_SIZE = 50
 TIMELINE_SHOWN = 200
 STATUS_LABELS = {
     "running": "running",
+    "reopened": "reopened",
     "completed": "completed",
     "partial": "partial",
     "stopped": "stopped",
@@ -309,6 +310,8 @@ async def reconcile(request: Request, operation_id: str, session: Session = Cons
     store, who = _store(request), session.principal.name
 
     def action(form: FormData) -> dict[str, Any]:
+        if not _field(form, "answer"):
+            raise InputError("choose what the receiver said (committed, not committed, unknown); nothing was recorded")
         raw = _field(form, "result").strip()
         try:
             result = json.loads(raw) if raw else None

@@ -76,6 +76,7 @@ class _Task:
     stop_reason: str | None = None
     outcome: dict[str, Any] | None = None
     updated_at: float = 0.0
+    reopened: bool = False
     repeats: dict[str, tuple[int, float]] = field(default_factory=dict)
     """fingerprint -> (executions, first_at) at the current revision only (older revisions are never read again)."""
     seen: set[str] = field(default_factory=set)
@@ -102,7 +103,12 @@ class _Task:
             created_at=self.created_at,
             updated_at=self.updated_at,
             family=self.family,
+            reopened=self.reopened,
         )
+
+    def reopen(self, now: float) -> None:
+        """Reopened by a recorded transition: running again once a run picks it up."""
+        self.outcome, self.status, self.updated_at, self.reopened = None, "running", now, True
 
     def append(self, entry: TraceEntry) -> None:
         self.trace.append(entry)
@@ -183,6 +189,7 @@ class MemoryStore(MemoryQueries, Store):
                 named = check_family(family) or task_family(task_id)
                 task = _Task(task_id, budget, revision, now, trace, updated_at=now, family=named)
                 self._tasks[task_id] = task
+            task.reopened = False  # a run's guard opens it: it runs again
             return ensured(task.snapshot(), budget, created=created)
 
     def task(self, task_id: str) -> TaskSnapshot | None:
@@ -375,7 +382,7 @@ class MemoryStore(MemoryQueries, Store):
             self._transitions.append(transition)
             reopened = reopens(task.status, unknown_left)
             if reopened:
-                task.outcome, task.status, task.updated_at = None, "running", now
+                task.reopen(now)
             return Settlement(record, transition, reopened)
 
     # results and progress
@@ -609,7 +616,7 @@ class MemoryStore(MemoryQueries, Store):
                 decisions=applied,
             )
             self._transitions.append(transition)
-            task.outcome, task.status, task.updated_at = None, "running", now
+            task.reopen(now)
             return claimed, transition
 
     def recover(
@@ -633,7 +640,7 @@ class MemoryStore(MemoryQueries, Store):
             self._transitions.append(transition)
             if kind == "recover":
                 task.stop_reason = None
-            task.outcome, task.status, task.updated_at = None, "running", now
+            task.reopen(now)
             return transition
 
     def transitions(self, task_id: str | None = None) -> list[TransitionRecord]:

@@ -25,6 +25,7 @@ from .queries import (
     TaskQuery,
     TransitionQuery,
 )
+from .records import REOPENED
 from .rules import unknown_task
 
 __all__ = ["MemoryQueries"]
@@ -61,7 +62,7 @@ class MemoryQueries(Queries):
 
     def task_page(self, query: TaskQuery) -> list[TaskSnapshot]:
         def matches(task: Any) -> bool:
-            reason = (task.outcome or {}).get("reason")
+            reason = REOPENED if task.reopened else (task.outcome or {}).get("reason")  # as the SQL store keeps it
             return (
                 (query.status is None or task.status == query.status)
                 and (query.reason is None or reason == query.reason)

@@ -160,6 +160,11 @@ class Progress:
     used: Usage = field(default_factory=Usage)
 
 
+REOPENED = "reopened"
+"""The status the operators' views give a task that a recorded transition reopened and no run picked up yet (the
+store keeps ``running`` as its status and ``reopened`` as its reason until then)."""
+
+
 @dataclass(frozen=True)
 class TaskSnapshot:
     """A task as the store holds it."""
@@ -178,6 +183,9 @@ class TaskSnapshot:
     updated_at: float = 0.0
     family: str = ""
     """The family its metrics are summed under (:mod:`agents_loopguard.values.families`)."""
+    reopened: bool = False
+    """True from a recorded transition that reopened it (a reconciliation, a recovery, a resume's claim) until a run
+    picks it up (:meth:`Store.ensure_task`, by the run's guard): ``running`` in :attr:`status`, but nothing runs it."""
     created: bool = field(default=False, compare=False)
     """From :meth:`Store.ensure_task`: True when this call created the task."""
     requested: Budget | None = field(default=None, compare=False)

@@ -222,7 +222,7 @@ class PostgresSteps(SQLiteSteps):
         row = fetch_one(cur, self.q_task, params)
         if row is None:
             raise LostRace  # created by another worker after this statement's snapshot
-        return snapshot(row), bool(row["created"])
+        return self.picked_up(cur, snapshot(row)), bool(row["created"])
 
     def reserve_turn(self, cur: Any, params: dict[str, Any]) -> Grant:
         row = fetch_one(cur, self.q_turn, params)

@@ -13,6 +13,7 @@ the statements name them); it raises :class:`~.connection.Rollback` to answer wi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from ...values.errors import InputError
@@ -132,7 +133,15 @@ class SQLiteSteps:
         """The task, and whether this step created it."""
         execute(cur, self.st.task_insert, params)
         created = cur.rowcount == 1
-        return snapshot(self.get_task(cur, params["task_id"])), created
+        task = snapshot(self.get_task(cur, params["task_id"]))
+        return self.picked_up(cur, task), created
+
+    def picked_up(self, cur: Any, task: TaskSnapshot) -> TaskSnapshot:
+        """A reopened task that a run's guard opens runs again: it is ``running`` in every view from now on."""
+        if task.reopened:
+            execute(cur, self.st.pick_up, {"task_id": task.task_id})
+            task = replace(task, reopened=False)
+        return task
 
     def reserve_turn(self, cur: Any, params: dict[str, Any]) -> Grant:
         task_id, now = params["task_id"], params["now"]

@@ -18,6 +18,7 @@ from sqlalchemy import BigInteger, Table, Text
 from sqlalchemy.engine import Dialect
 
 from ..base import OperationState
+from ..records import REOPENED
 from .tables import TOKEN_LIMIT_COLUMNS, acts, ops, pauses, reps, seen, steps, tasks, tool_runs, trace, trans
 
 __all__ = ["Compiled", "Statements", "execute", "fetch_all", "fetch_one", "statements_for"]
@@ -465,7 +466,12 @@ class Statements:
         self.reopen = c(
             sa.update(t)
             .where(t.c.task_id == p("task_id"))
-            .values(outcome=None, status="running", reason=None, updated_at=p("now"))
+            .values(outcome=None, status="running", reason=REOPENED, updated_at=p("now"))
+        )
+        self.pick_up = c(  # a run's guard opened a reopened task: it runs again
+            sa.update(t)
+            .where(t.c.task_id == p("task_id"), t.c.status == "running", t.c.reason == REOPENED)
+            .values(reason=None)
         )
         self.recover = c(
             sa.update(t)
@@ -479,7 +485,7 @@ class Statements:
                 stop_reason=sa.case((p("clear_stop", type_=sa.Boolean), None), else_=t.c.stop_reason),
                 outcome=None,
                 status="running",
-                reason=None,
+                reason=REOPENED,
                 updated_at=p("now"),
             )
         )

@@ -26,6 +26,7 @@ from ..base import (
     TraceEntry,
     TransitionRecord,
 )
+from ..records import REOPENED
 from ..rules import TaskState
 
 __all__ = [
@@ -412,6 +413,7 @@ def snapshot(row: Any) -> TaskSnapshot:
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
         family=str(row["family"]),
+        reopened=row["status"] == "running" and row["reason"] == REOPENED,
     )
 
 
