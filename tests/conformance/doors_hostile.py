@@ -1,0 +1,113 @@
+"""Hostile input through every door (issue 26 items 7 and 8): arguments nested 100,000 levels deep or megabytes
+long, and credentials where the redaction did not look (a dict's keys, an operation id, the outcome record).
+
+A hostile call is the model's first: the guard must refuse it as ``invalid_call`` and the model must read why
+(``on_refusal="continue"``), then the usual shop runs (look order 1 up, refund it, the same refund again,
+answer). Nothing of the hostile call may run, and no ``RecursionError`` may end the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from agents import Agent
+from agents.testing import function_call
+
+from agents_loopguard import Outcome
+from agents_loopguard.sdk import run_guarded, run_guarded_streamed
+from tests.conformance import doors_raw, doors_sdk
+from tests.conformance.kit import Door, Env, Observed
+from tests.support.scripted_openai import dynamic, tool_calls
+from tests.support.scripted_openai import function_call as wire_call
+
+__all__ = ["DOORS"]
+
+FINAL = "Refunded order 1."
+DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000
+"""Arguments nested 100,000 levels deep (Python's JSON parser raises ``RecursionError`` on them)."""
+HUGE = json.dumps({"order": 1, "note": "x" * 1_200_000})
+"""1.2 million characters of JSON, over the documented bound (``MAX_ARGUMENTS_SIZE``)."""
+HOSTILE = {"deep": DEEP, "huge": HUGE}
+SAYS = {"deep": "nested deeper than 200 levels", "huge": "over the limit of 1,000,000"}
+"""What the model must read about each hostile call."""
+
+
+def read_refusal(kind: str, seen: list[str]) -> None:
+    """The model read why its hostile call was refused (in the request after it)."""
+    assert any(SAYS[kind] in text for text in seen), f"the model never read {SAYS[kind]!r}"
+
+
+# --- raw function calling ---------------------------------------------------------------------------------------
+
+
+def raw(kind: str, api: str, mode: str) -> Callable[[Env], Observed]:
+    def build(env: Env) -> Observed:
+        seen: list[str] = []
+
+        def after_refusal(body: dict[str, Any]) -> Any:
+            seen.append(json.dumps(body))
+            return tool_calls(wire_call("lookup", {"order": 1}, "c1"))
+
+        steps = [
+            tool_calls(wire_call("lookup", HOSTILE[kind], "c0")),
+            dynamic(after_refusal),
+            *doors_raw.script()[1:],
+        ]
+        observed = doors_raw.loop(env, api, mode, steps, on_refusal="continue")
+        if env.variant == "run":
+            read_refusal(kind, seen)
+        return observed
+
+    return build
+
+
+# --- the Agents SDK -------------------------------------------------------------------------------------------
+
+
+def sdk(kind: str, *, streamed: bool = False) -> Callable[[Env], Observed]:
+    def build(env: Env) -> Observed:
+        script = [[function_call("lookup", HOSTILE[kind], call_id="c0")], *doors_sdk.turns()]
+        (model,) = doors_sdk.models(env, script)
+        agent = Agent(name="clerk", model=model, tools=list(doors_sdk.shop(env)))
+        options = env.options(on_refusal="continue")
+
+        async def main() -> Outcome:
+            if not streamed:
+                return await run_guarded(agent, "Refund order 1.", **options)
+            stream = run_guarded_streamed(agent, "Refund order 1.", **options)
+            async for _event in stream.stream_events():
+                pass
+            return await stream.outcome()
+
+        observed = env.observe(asyncio.run(main()))
+        if env.variant == "run":
+            read_refusal(kind, [str(call.input) for call in model.calls[1:2]])
+        return observed
+
+    return build
+
+
+def door(framework: str, name: str, doc: str, build: Callable[[Env], Observed], **more: Any) -> Door:
+    return Door(framework, name, doc, build, **{"final": FINAL, **more})
+
+
+DOORS = [
+    door("raw", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", raw("deep", "chat", "sync")),
+    door(
+        "raw",
+        "huge-arguments",
+        "arguments over 1,000,000 characters of JSON (`invalid_call`)",
+        raw("huge", "responses", "async"),
+    ),
+    door("sdk", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", sdk("deep")),
+    door(
+        "sdk",
+        "deep-arguments-streamed",
+        "arguments nested 100,000 levels deep in a streamed run (`invalid_call`)",
+        sdk("deep", streamed=True),
+    ),
+    door("sdk", "huge-arguments", "arguments over 1,000,000 characters of JSON (`invalid_call`)", sdk("huge")),
+]
