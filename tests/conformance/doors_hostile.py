@@ -18,7 +18,7 @@ from agents.testing import function_call
 
 from agents_loopguard import Outcome
 from agents_loopguard.sdk import run_guarded, run_guarded_streamed
-from tests.conformance import doors_raw, doors_sdk
+from tests.conformance import doors_langchain, doors_raw, doors_sdk
 from tests.conformance.kit import Door, Env, Observed
 from tests.support.scripted_openai import dynamic, tool_calls
 from tests.support.scripted_openai import function_call as wire_call
@@ -64,6 +64,30 @@ def raw(kind: str, api: str, mode: str) -> Callable[[Env], Observed]:
     return build
 
 
+# --- LangChain ------------------------------------------------------------------------------------------------
+
+
+def langchain(kind: str) -> Callable[[Env], Observed]:
+    def build(env: Env) -> Observed:
+        seen: list[str] = []
+
+        def after_refusal(body: dict[str, Any]) -> Any:
+            seen.append(json.dumps(body))
+            return tool_calls(wire_call("lookup", {"order": 1}, "c1"))
+
+        steps = [
+            tool_calls(wire_call("lookup", HOSTILE[kind], "c0")),
+            dynamic(after_refusal),
+            *doors_langchain.script()[1:],
+        ]
+        observed = doors_langchain.run_agent(env, steps, guard_options={"on_refusal": "continue"})
+        if env.variant == "run":
+            read_refusal(kind, seen)
+        return observed
+
+    return build
+
+
 # --- the Agents SDK -------------------------------------------------------------------------------------------
 
 
@@ -101,6 +125,10 @@ DOORS = [
         "huge-arguments",
         "arguments over 1,000,000 characters of JSON (`invalid_call`)",
         raw("huge", "responses", "async"),
+    ),
+    door("langchain", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", langchain("deep")),
+    door(
+        "langchain", "huge-arguments", "arguments over 1,000,000 characters of JSON (`invalid_call`)", langchain("huge")
     ),
     door("sdk", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", sdk("deep")),
     door(
