@@ -15,11 +15,13 @@ from typing import Any
 
 from agents import Agent
 from agents.testing import function_call
+from google.adk.agents import LlmAgent
 
 from agents_loopguard import Outcome
 from agents_loopguard.sdk import run_guarded, run_guarded_streamed
-from tests.conformance import doors_langchain, doors_raw, doors_sdk
+from tests.conformance import doors_adk, doors_langchain, doors_raw, doors_sdk
 from tests.conformance.kit import Door, Env, Observed
+from tests.support.scripted_gemini import RawArgs, Reply
 from tests.support.scripted_openai import dynamic, tool_calls
 from tests.support.scripted_openai import function_call as wire_call
 
@@ -88,6 +90,38 @@ def langchain(kind: str) -> Callable[[Env], Observed]:
     return build
 
 
+# --- Google ADK ------------------------------------------------------------------------------------------------
+
+
+def adk(kind: str) -> Callable[[Env], Observed]:
+    """Deep arguments: ``google-genai`` parses the whole answer before any callback of ADK runs, and cannot (its
+    parser raises ``RecursionError``): the answer is unreadable, so the request fails ``model_error`` and the run
+    ends with it, no traceback, nothing run (there is no checkpoint: no stop variant). Huge arguments are
+    parsed by the client and refused by the guard (``invalid_call``, read by the model)."""
+
+    def build(env: Env) -> Observed:
+        seen: list[str] = []
+
+        def after_refusal(body: dict[str, Any]) -> Reply:
+            seen.append(json.dumps(body))
+            return doors_adk.call("lookup", order=1)
+
+        hostile = RawArgs(DEEP) if kind == "deep" else json.loads(HUGE)
+        turns = [Reply(calls=(("lookup", hostile),)), after_refusal, *doors_adk.shop_turns()[1:]]
+        with doors_adk.gemini(env, clerk=turns) as models:
+            agent = LlmAgent(name="clerk", model=models.model(), tools=doors_adk.shop(env))
+            observed = doors_adk.guarded(env, agent, on_refusal="continue")
+        if kind == "deep":
+            assert observed.outcome is not None
+            assert (observed.outcome.status, observed.outcome.reason) == ("stopped", "model_error"), observed.outcome
+            assert "could not be read" in (observed.outcome.detail or "")
+        elif env.variant == "run":
+            read_refusal(kind, seen)
+        return observed
+
+    return build
+
+
 # --- the Agents SDK -------------------------------------------------------------------------------------------
 
 
@@ -130,6 +164,15 @@ DOORS = [
     door(
         "langchain", "huge-arguments", "arguments over 1,000,000 characters of JSON (`invalid_call`)", langchain("huge")
     ),
+    door(
+        "adk",
+        "deep-arguments",
+        "arguments nested 100,000 levels deep (the client cannot read the answer: `model_error`)",
+        adk("deep"),
+        final=None,
+        stop_at=None,
+    ),
+    door("adk", "huge-arguments", "arguments over 1,000,000 characters of JSON (`invalid_call`)", adk("huge")),
     door("sdk", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", sdk("deep")),
     door(
         "sdk",
