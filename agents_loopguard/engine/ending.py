@@ -145,6 +145,7 @@ class Ending:
             detail=redact(detail, secrets=self.secrets),
             pause_id=pause_id,
             result=result,
+            secrets=self.secrets,
         )
         self.store.save_pause(
             self.task_id,
@@ -197,15 +198,16 @@ class Ending:
             pause_id=pause_id,
             final_output=self.storable(final_output) if final_output is not None else None,
             result=result,
+            secrets=self.secrets,
         )
-        record = outcome.record(secrets=self.secrets).to_dict()
+        record = outcome.record().to_dict()
         kept = self.store.finish(self.task_id, record, now=self._now())
         if kept != record:  # another worker ended the task first: its outcome is the task's
             try:
                 stored = RecoveryRecord.from_json(kept).to_outcome()
             except RecordError as exc:
                 raise RecordError(f"task {self.task_id!r}: {exc}") from exc
-            outcome = dataclasses.replace(stored, result=result)
+            outcome = dataclasses.replace(stored, result=result, secrets=self.secrets)
         self.outcome = outcome
         self._observe(
             "outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=outcome.operation_id

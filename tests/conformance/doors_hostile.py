@@ -11,13 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import psycopg
 from agents import Agent
 from agents.testing import function_call
 from google.adk.agents import LlmAgent
+from sqlalchemy.engine import make_url
 
 from agents_loopguard import Outcome
+from agents_loopguard.function_calling import GuardedTool
 from agents_loopguard.sdk import run_guarded, run_guarded_streamed
 from tests.conformance import doors_adk, doors_langchain, doors_raw, doors_sdk
 from tests.conformance.kit import Door, Env, Observed
@@ -64,6 +68,84 @@ def raw(kind: str, api: str, mode: str) -> Callable[[Env], Observed]:
         return observed
 
     return build
+
+
+# --- credentials where the redaction did not look -------------------------------------------------------------
+
+SECRET = "hunter2-7f3a"
+"""A secret the application registers (``secrets=[SECRET]``)."""
+SK_KEY = "sk-proj-Q8dLm3vX0aTz9KpW2nRb"
+"""A key recognised by its shape."""
+
+
+def stored_text(env: Env) -> bytes:
+    """Everything the store holds, as its bytes: the SQLite file and its log, every PostgreSQL row as text, the
+    memory store's state."""
+    if env.store_kind == "sqlite":
+        assert env.store_url is not None
+        db = Path(env.store_url.removeprefix("sqlite:///"))
+        return b"".join(p.read_bytes() for p in (db, Path(f"{db}-wal")) if p.exists())
+    if env.store_kind == "postgres":
+        assert env.store_url is not None
+        url = make_url(env.store_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(url) as conn:
+            query = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+            tables = [name for (name,) in conn.execute(query)]
+            assert "loopguard_operations" in tables
+            rows = [str(row[0]) for name in tables for row in conn.execute(f'SELECT t::text FROM "{name}" t')]
+        return "\n".join(rows).encode()
+    return repr(vars(env.store)).encode()
+
+
+def credentials(env: Env) -> Observed:
+    """A registered secret and an ``sk-`` key as an argument's dict keys (redacted), inside a write's operation id
+    derived from the arguments (refused: an operation id is a business key, rewriting it could merge two
+    operations), and in the result that proves the task done (the outcome's record is redacted with the run's
+    secrets). None of them may reach the store, nor the record the application gets."""
+
+    def note(order: int, meta: dict[str, Any]) -> str:
+        env.body("note")
+        return f"noted {order}"
+
+    def charge(card: str, order: int) -> str:
+        env.body("charge", f"charge-{order}")
+        return "charged"
+
+    def receipt(order: int) -> str:
+        env.body("receipt")
+        return f"receipt {order}: paid with {SECRET}, key {SK_KEY}"
+
+    def done(args: Any, output: Any) -> dict[str, Any]:
+        return {"revision": 1, "done": True, "effect": "none"}
+
+    tools = [
+        GuardedTool("note", note),
+        GuardedTool(
+            "charge",
+            charge,
+            kind="write",
+            operation_id=lambda a: f"charge-{a['card']}-{a['order']}",
+            verify=lambda a, out: {"revision": 1, "done": False, "effect": "committed"},
+        ),
+        GuardedTool("receipt", receipt, verify=done),
+    ]
+    steps = [
+        tool_calls(wire_call("note", {"order": 1, "meta": {SECRET: "a", SK_KEY: "b", "plain": "visible-5521"}}, "c1")),
+        tool_calls(wire_call("charge", {"card": SECRET, "order": 1}, "c2")),
+        tool_calls(wire_call("receipt", {"order": 1}, "c3")),
+        doors_raw.final_text(FINAL),
+    ]
+    observed = doors_raw.loop(env, "chat", "sync", steps, tools=tools, on_refusal="continue", secrets=[SECRET])
+    assert env.bodies["charge"] == 0, "a write whose operation id holds a credential ran"
+    blob = stored_text(env)
+    assert b"visible-5521" in blob, "the scan does not see what the store holds"
+    leaked = [s for s in (SECRET, SK_KEY) if s.encode() in blob]
+    assert leaked == [], f"the {env.store_kind} store holds {leaked}"
+    if env.variant == "run":
+        assert observed.outcome is not None and observed.outcome.done, observed.outcome
+        record = observed.outcome.record().to_json()
+        assert SECRET not in record and SK_KEY not in record, record
+    return observed
 
 
 # --- LangChain ------------------------------------------------------------------------------------------------
@@ -153,6 +235,13 @@ def door(framework: str, name: str, doc: str, build: Callable[[Env], Observed], 
 
 
 DOORS = [
+    door(
+        "raw",
+        "credentials-in-keys-and-operation-ids",
+        "a secret as an argument's dict key, inside a write's operation id, in the proving result",
+        credentials,
+        final=None,
+    ),
     door("raw", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", raw("deep", "chat", "sync")),
     door(
         "raw",
