@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from agents_loopguard import Outcome
 from agents_loopguard.function_calling import GuardedTool
 from agents_loopguard.sdk import run_guarded, run_guarded_streamed
-from tests.conformance import doors_adk, doors_langchain, doors_raw, doors_sdk
+from tests.conformance import doors_adk, doors_langchain, doors_mcp, doors_raw, doors_sdk
 from tests.conformance.kit import Door, Env, Observed
 from tests.support.scripted_gemini import RawArgs, Reply
 from tests.support.scripted_openai import dynamic, tool_calls
@@ -204,6 +204,37 @@ def adk(kind: str) -> Callable[[Env], Observed]:
     return build
 
 
+# --- MCP through the Agents SDK ----------------------------------------------------------------------------------
+
+
+def mcp_sdk(kind: str) -> Callable[[Env], Observed]:
+    """An MCP server's tool (a real upstream process) called with hostile arguments through the SDK: refused before
+    the upstream hears of it; then the usual search, refund (its answer lost), the same refund again."""
+
+    def build(env: Env) -> Observed:
+        upstream = doors_mcp.Upstream(env, "--lose", "1")
+        turns = [[function_call("refund", HOSTILE[kind], call_id="c0")], *doors_mcp.twice("refund", {"order_id": 1})]
+        model = doors_mcp.scripted(env, upstream, turns)
+
+        async def main() -> Outcome:
+            async with upstream.stdio() as server:
+                agent = Agent(name="clerk", model=model, mcp_servers=[server])
+                declared = {tool: upstream.declare(tool) for tool in ("pay", "refund")}
+                options = env.options(
+                    mcp_trusted=["payments"], undeclared_tools=["lookup"], tools=declared, on_refusal="continue"
+                )
+                return await run_guarded(agent, "Refund order 1.", **options)
+
+        outcome = asyncio.run(main())
+        upstream.sync(env)
+        observed = env.observe(outcome)
+        if env.variant == "run":
+            read_refusal(kind, [str(call.input) for call in model.calls[1:2]])
+        return observed
+
+    return build
+
+
 # --- the Agents SDK -------------------------------------------------------------------------------------------
 
 
@@ -262,6 +293,14 @@ DOORS = [
         stop_at=None,
     ),
     door("adk", "huge-arguments", "arguments over 1,000,000 characters of JSON (`invalid_call`)", adk("huge")),
+    door(
+        "mcp",
+        "sdk-deep-arguments",
+        "an SDK MCP tool called with arguments nested 100,000 levels deep (`invalid_call`)",
+        mcp_sdk("deep"),
+        final=doors_mcp.FINAL,
+        stop_at=2,
+    ),
     door("sdk", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", sdk("deep")),
     door(
         "sdk",
