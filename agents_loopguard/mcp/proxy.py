@@ -160,7 +160,7 @@ class GuardedProxy:
         """One ``tools/call``: the upstream's result, or an error result whose text says why it did not run."""
         name, arguments = params.name, dict(params.arguments or {})
         if name == UNREADABLE:  # a request the MCP library could not read (see .stdio): answered, never sent on
-            return _error(str(arguments.get("why")))
+            return self._unreadable(ctx, str(arguments.get("why")), arguments.get("tool"))
         task = self.task_of(ctx, arguments)
         if isinstance(task, types.CallToolResult):
             return task
@@ -192,6 +192,20 @@ class GuardedProxy:
         if spec.verify is result_verify:  # verify = "result": the evidence is relative to the task's revision
             spec = dataclasses.replace(spec, verify=lambda _a, out: result_evidence(out, revision=run.guard.revision))
         return self._answer(run, await adrive(run.execute(spec, call), self._perform(name, arguments)))
+
+    def _unreadable(self, ctx: Any, why: str, tool: Any) -> types.CallToolResult:
+        """A request the MCP library could not read (nested too deep, not JSON): refused ``invalid_call`` in its
+        task, traced like any invalid call, when the task is known without the request's arguments; else answered
+        with why. Never sent on, nothing reserved."""
+        task = self.task_of(ctx, {}) if self.config.task.by != "argument" else None
+        if not isinstance(task, str):
+            return _error(why)
+        try:
+            run = GuardedRun.start(dataclasses.replace(self.options, task_id=task))
+        except InputError:
+            return _error(why)
+        name = tool if isinstance(tool, str) and tool in self.annotations else UNREADABLE
+        return self._answer(run, run.refuse_invalid(name, "read", why))
 
     def _perform(self, name: str, arguments: dict[str, Any]) -> Any:
         async def perform(effect: Any) -> Any:

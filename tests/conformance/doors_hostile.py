@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import psycopg
 from agents import Agent
 from agents.testing import function_call
 from google.adk.agents import LlmAgent
+from mcp_types import LATEST_PROTOCOL_VERSION
 from sqlalchemy.engine import make_url
 
 from agents_loopguard import Outcome
@@ -25,11 +28,14 @@ from agents_loopguard.function_calling import GuardedTool
 from agents_loopguard.sdk import run_guarded, run_guarded_streamed
 from tests.conformance import doors_adk, doors_langchain, doors_mcp, doors_raw, doors_sdk
 from tests.conformance.kit import Door, Env, Observed
+from tests.support.mcp_upstream import read_lines
 from tests.support.scripted_gemini import RawArgs, Reply
 from tests.support.scripted_openai import dynamic, tool_calls
 from tests.support.scripted_openai import function_call as wire_call
 
 __all__ = ["DOORS"]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FINAL = "Refunded order 1."
 DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000
@@ -235,6 +241,84 @@ def mcp_sdk(kind: str) -> Callable[[Env], Observed]:
     return build
 
 
+# --- the MCP proxy (`loopguard mcp`), a client writing JSON-RPC lines itself ------------------------------------
+
+
+class RawClient:
+    """An MCP client over the proxy's stdio that writes its own lines (no library would write 100,000 levels)."""
+
+    def __init__(self, env: Env, folder: Path) -> None:
+        upstream = [sys.executable, "-m", "tests.support.mcp_upstream", "--log", str(folder / "calls.jsonl")]
+        upstream += ["--effects", str(folder / "effects.jsonl")]
+        config = folder / "proxy.toml"
+        config.write_text(
+            f'[upstream]\ncommand = {json.dumps(upstream)}\nname = "payments"\ntrusted = true\n'
+            f'undeclared = ["lookup"]\n\n[task]\nby = "fixed"\nid = "{env.task_id}"\n\n[budget]\n'
+            f'tool_executions = {env.budget.tool_executions}\n\n[tools.refund]\nkind = "write"\n\n'
+            f'[tools.pay]\nkind = "write"\noperation_id = "pay-{{invoice}}"\n',
+            encoding="utf-8",
+        )
+        assert env.store_url is not None
+        command = [sys.executable, "-m", "agents_loopguard", "--db", env.store_url, "mcp", str(config)]
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8"
+        )
+        self.ids = 0
+        hello = {"protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "raw"}}
+        self.ask("initialize", json.dumps(hello))
+        self.send('{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        self.ask("tools/list", "{}")
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def ask(self, method: str, params: str) -> Any:
+        """One request, its ``params`` written verbatim; the answer to it."""
+        self.ids += 1
+        self.send(f'{{"jsonrpc": "2.0", "id": {self.ids}, "method": "{method}", "params": {params}}}')
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            assert line, "the proxy closed its stdout without answering"
+            message = json.loads(line)
+            if message.get("id") == self.ids:
+                return message
+
+    def call(self, tool: str, arguments: str) -> str:
+        """A ``tools/call``: the text the client reads."""
+        answer = self.ask("tools/call", f'{{"name": "{tool}", "arguments": {arguments}}}')
+        return " ".join(part.get("text", "") for part in answer["result"]["content"])
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def proxy(kind: str) -> Callable[[Env], Observed]:
+    """A client sends ``search`` with hostile arguments, then an ordinary ``search``: the first is refused
+    ``invalid_call`` in the task (the client reads why), the upstream receives only the second."""
+
+    def build(env: Env) -> Observed:
+        client = RawClient(env, env.tmp_path)
+        try:
+            hostile = client.call("search", HOSTILE[kind].replace('"order": 1', '"query": "x"'))
+            ordinary = client.call("search", '{"query": "order 1"}')
+        finally:
+            client.close()
+        assert SAYS[kind] in hostile and "invalid_call" in hostile, hostile
+        assert "order 1" in ordinary, ordinary
+        received = [line["tool"] for line in read_lines(env.tmp_path / "calls.jsonl")]
+        env.bodies.update(received)
+        refused = [e for e in env.store.trace(env.task_id) if e.result_class == "refused:invalid_call"]
+        assert len(refused) == 1, "the hostile call is not in the task's trace as invalid_call"
+        return env.observe(None)
+
+    return build
+
+
 # --- the Agents SDK -------------------------------------------------------------------------------------------
 
 
@@ -300,6 +384,24 @@ DOORS = [
         mcp_sdk("deep"),
         final=doors_mcp.FINAL,
         stop_at=2,
+    ),
+    door(
+        "mcp",
+        "proxy-deep-arguments",
+        "`loopguard mcp`: a client sends arguments nested 100,000 levels deep (`invalid_call`)",
+        proxy("deep"),
+        final=None,
+        stores=("sqlite", "postgres"),
+        stop_at=None,
+    ),
+    door(
+        "mcp",
+        "proxy-huge-arguments",
+        "`loopguard mcp`: a client sends arguments over 1,000,000 characters of JSON (`invalid_call`)",
+        proxy("huge"),
+        final=None,
+        stores=("sqlite", "postgres"),
+        stop_at=None,
     ),
     door("sdk", "deep-arguments", "arguments nested 100,000 levels deep (`invalid_call`)", sdk("deep")),
     door(
