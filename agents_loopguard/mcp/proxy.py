@@ -41,7 +41,7 @@ from ..run import (
 )
 from ..run.listed import NotDeclared, judge_listed
 from ..store.base import Store
-from ..values.canonical import CanonicalError, canonical_json
+from ..values.canonical import CanonicalError, canonical_json, operation_id_problem
 from ..values.errors import InputError, NotFoundError
 from .config import ProxyConfig
 from .link import UpstreamLink
@@ -240,9 +240,13 @@ class GuardedProxy:
         call_id = _call_id(name, arguments)
         if self._committed(spec, arguments):
             return run  # the ledger answers it with the stored result: nothing runs, nothing to approve
+        named = spec.operation_of(arguments)
+        if isinstance(named, str) and operation_id_problem(named, secrets=run.guard.secrets) is not None:
+            return (
+                run  # the guard refuses it (an operation id holding a credential is recorded nowhere, not in a pause)
+            )
         outcome = run.guard.outcome
         if outcome is None:
-            named = spec.operation_of(arguments)
             pending: dict[str, Any] = {"call_id": call_id, "tool": name, "kind": spec.kind}
             pending.update(arguments=_arguments(arguments), operation_id=named if isinstance(named, str) else None)
 

@@ -247,7 +247,7 @@ def mcp_sdk(kind: str) -> Callable[[Env], Observed]:
 class RawClient:
     """An MCP client over the proxy's stdio that writes its own lines (no library would write 100,000 levels)."""
 
-    def __init__(self, env: Env, folder: Path) -> None:
+    def __init__(self, env: Env, folder: Path, *, approval: bool = False) -> None:
         upstream = [sys.executable, "-m", "tests.support.mcp_upstream", "--log", str(folder / "calls.jsonl")]
         upstream += ["--effects", str(folder / "effects.jsonl")]
         config = folder / "proxy.toml"
@@ -255,7 +255,8 @@ class RawClient:
             f'[upstream]\ncommand = {json.dumps(upstream)}\nname = "payments"\ntrusted = true\n'
             f'undeclared = ["lookup"]\n\n[task]\nby = "fixed"\nid = "{env.task_id}"\n\n[budget]\n'
             f'tool_executions = {env.budget.tool_executions}\n\n[tools.refund]\nkind = "write"\n\n'
-            f'[tools.pay]\nkind = "write"\noperation_id = "pay-{{invoice}}"\n',
+            f'[tools.pay]\nkind = "write"\noperation_id = "pay-{{invoice}}"\n'
+            + ("approval = true\n" if approval else ""),
             encoding="utf-8",
         )
         assert env.store_url is not None
@@ -317,6 +318,22 @@ def proxy(kind: str) -> Callable[[Env], Observed]:
         return env.observe(None)
 
     return build
+
+
+def proxy_credential(env: Env) -> Observed:
+    """An approval-gated write whose operation id (``pay-{invoice}``) would hold an ``sk-`` key: refused before
+    any pause is stored (a pause shows its calls' operation ids to operators), recorded nowhere."""
+    client = RawClient(env, env.tmp_path, approval=True)
+    try:
+        answer = client.call("pay", json.dumps({"invoice": SK_KEY, "amount": 5}))
+    finally:
+        client.close()
+    assert "holds a credential" in answer, answer
+    assert read_lines(env.tmp_path / "calls.jsonl") == []
+    assert env.store.pauses(env.task_id) == [], "a pause was stored"
+    blob = stored_text(env)
+    assert env.task_id.encode() in blob and SK_KEY.encode() not in blob, f"the {env.store_kind} store holds the key"
+    return env.observe(None)
 
 
 # --- the Agents SDK -------------------------------------------------------------------------------------------
@@ -399,6 +416,15 @@ DOORS = [
         "proxy-huge-arguments",
         "`loopguard mcp`: a client sends arguments over 1,000,000 characters of JSON (`invalid_call`)",
         proxy("huge"),
+        final=None,
+        stores=("sqlite", "postgres"),
+        stop_at=None,
+    ),
+    door(
+        "mcp",
+        "proxy-credential-operation-id",
+        "`loopguard mcp`: an approval-gated write whose operation id would hold an `sk-` key",
+        proxy_credential,
         final=None,
         stores=("sqlite", "postgres"),
         stop_at=None,
