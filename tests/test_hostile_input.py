@@ -7,14 +7,21 @@ values-level functions they all rely on.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
+from agents import Agent, set_tracing_disabled
+from agents.testing import ScriptedModel, function_call
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents_loopguard import Budget
 from agents_loopguard.run.declarations import parse_arguments
+from agents_loopguard.sdk import guarded_tool, run_guarded
+from agents_loopguard.store import SQLStore
 from agents_loopguard.values.arguments import (
     MAX_ARGUMENTS_DEPTH,
     MAX_ARGUMENTS_SIZE,
@@ -133,3 +140,34 @@ def test_an_operation_id_holding_a_credential_is_refused_and_a_business_key_is_n
     assert operation_id_problem(f"{before}{secret}-{order}", secrets=[secret]) is not None
     assert operation_id_problem(f"{before}sk-{secret}{secret}-{order}") is not None
     assert REDACTED not in (operation_id_problem(f"{before}{secret}", secrets=[secret]) or "")
+
+
+def test_an_approval_pause_keeps_no_operation_id_that_holds_a_secret(tmp_path: Path) -> None:
+    """The Agents SDK pauses a write for approval: its pending call would show the operation id to operators
+    (``show``, the console's inbox); one holding a registered secret is not kept. (The pause also stores the
+    SDK's ``RunState`` as it is, the conversation with its arguments, to resume: docs/store.md says so.)"""
+    set_tracing_disabled(True)
+    secret = "hunter2-4c1d"
+
+    @guarded_tool(
+        kind="write",
+        operation_id=lambda a: f"charge-{a['card']}",
+        needs_approval=True,
+        verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+    )
+    def charge(card: str) -> str:
+        """Charge a card."""
+        raise AssertionError("an approval-gated write ran before its approval")
+
+    db = tmp_path / "lg.db"
+    store = SQLStore(f"sqlite:///{db}")
+    model = ScriptedModel([[function_call("charge", {"card": secret}, call_id="c1")]])
+    agent = Agent(name="clerk", model=model, tools=[charge])
+    options = {"budget": Budget(model_turns=3, tool_executions=3), "store": store, "secrets": [secret]}
+    outcome = asyncio.run(run_guarded(agent, "charge it", task_id="t-pause", **options))
+    assert outcome.pause_id is not None
+    (pending,) = store.pause(outcome.pause_id).pending_calls
+    assert pending["tool"] == "charge" and pending["operation_id"] is None
+    assert secret not in json.dumps(pending)
+    assert [op.operation_id for op in store.operations("t-pause")] == []
+    store.close()

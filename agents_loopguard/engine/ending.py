@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store.base import Store, TraceEntry
 from ..values.calls import UNSET, Verdict
-from ..values.canonical import redact
+from ..values.canonical import operation_id_problem, redact
 from ..values.digests import pause_digest
 from ..values.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
 
@@ -133,7 +133,7 @@ class Ending:
         """
         if self.outcome is not None:
             return self.outcome
-        calls = [dict(call) for call in pending_calls]
+        calls = [self._unleaked(call) for call in pending_calls]
         pause_id = f"pause-{uuid.uuid4().hex[:16]}"
         self._refresh()
         outcome = Outcome(
@@ -159,6 +159,15 @@ class Ending:
         self.outcome = outcome
         self._observe("outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=None)
         return outcome
+
+    def _unleaked(self, call: Mapping[str, Any]) -> dict[str, Any]:
+        """A pending call as a pause stores it: an operation id that holds a credential is not kept (the guard
+        refuses that write once approved, see :func:`~agents_loopguard.values.canonical.operation_id_problem`)."""
+        kept = dict(call)
+        named = kept.get("operation_id")
+        if isinstance(named, str) and operation_id_problem(named, secrets=self.secrets) is not None:
+            kept["operation_id"] = None
+        return kept
 
     def _refresh(self) -> None:
         """Take the task's counters and revision from the store (other workers may have moved them)."""
