@@ -15,10 +15,14 @@ from typing import Any
 
 from agents import Agent, set_tracing_disabled
 from agents.testing import ScriptedModel, function_call
+from google.adk.agents import LlmAgent
+from google.adk.models.google_llm import Gemini
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents_loopguard import Budget
+from agents_loopguard.adk import guarded_tool as adk_guarded_tool
+from agents_loopguard.adk import run_guarded as adk_run_guarded
 from agents_loopguard.run.declarations import parse_arguments
 from agents_loopguard.sdk import guarded_tool, run_guarded
 from agents_loopguard.store import SQLStore
@@ -31,6 +35,9 @@ from agents_loopguard.values.arguments import (
     screened_arguments,
 )
 from agents_loopguard.values.canonical import REDACTED, operation_id_problem, redact
+from tests.support.adk import GEMINI
+from tests.support.scripted_gemini import Reply, ScriptedGeminiServer
+from tests.support.wire import gemini_http_options
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=20),
@@ -76,9 +83,12 @@ def test_any_text_is_parsed_or_refused_never_a_crash(text: str) -> None:
 @given(depth=st.integers(MAX_ARGUMENTS_DEPTH + 1, 100_000), key=TRICKY)
 def test_deep_arguments_are_refused_as_text_and_as_a_parsed_mapping(depth: int, key: str) -> None:
     text = nested(["object"] * depth, key)
-    assert parse_arguments("lookup", text) == (
-        f"the arguments for 'lookup' are refused: nested deeper than {MAX_ARGUMENTS_DEPTH} levels"
+    why = (  # the size is measured first: a text over both bounds is refused for its size
+        f"{len(text):,} characters of JSON, over the limit of 1,000,000"
+        if len(text) > MAX_ARGUMENTS_SIZE
+        else f"nested deeper than {MAX_ARGUMENTS_DEPTH} levels"
     )
+    assert parse_arguments("lookup", text) == f"the arguments for 'lookup' are refused: {why}"
     value: Any = "leaf"
     for _ in range(min(depth, 5_000)):  # a framework parsed it (deeper than Python's own parser goes)
         value = {key: value}
@@ -171,3 +181,36 @@ def test_an_approval_pause_keeps_no_operation_id_that_holds_a_secret(tmp_path: P
     assert secret not in json.dumps(pending)
     assert [op.operation_id for op in store.operations("t-pause")] == []
     store.close()
+
+
+def test_an_adk_confirmation_pause_keeps_no_secret(tmp_path: Path) -> None:
+    """Google ADK pauses a write for confirmation (``require_confirmation=True``, Gemini over HTTP): neither its
+    pending call (arguments, operation id) nor the pause's state holds the registered secret, and the file holds
+    none."""
+    secret = "hunter2-9e0b"
+
+    def charge(card: str) -> str:
+        """Charge a card."""
+        raise AssertionError("a write ran before its confirmation")
+
+    tool = adk_guarded_tool(
+        charge,
+        kind="write",
+        operation_id=lambda a: f"charge-{a['card']}",
+        verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"},
+        require_confirmation=True,
+    )
+    db = tmp_path / "lg.db"
+    store = SQLStore(f"sqlite:///{db}")
+    with ScriptedGeminiServer([Reply(calls=(("charge", {"card": secret}),))]) as server:
+        model = Gemini(model=GEMINI, base_url=server.base_url, client_kwargs=gemini_http_options())
+        agent = LlmAgent(name="clerk", model=model, tools=[tool])
+        options = {"budget": Budget(model_turns=3, tool_executions=3), "store": store, "secrets": [secret]}
+        outcome = asyncio.run(adk_run_guarded(agent, "charge it", task_id="t-adk-pause", **options))
+    assert outcome.pause_id is not None, outcome
+    pause = store.pause(outcome.pause_id)
+    (pending,) = pause.pending_calls
+    assert pending["tool"] == "charge" and pending["operation_id"] is None
+    assert secret not in json.dumps(pending) and secret not in pause.state
+    store.close()
+    assert secret.encode() not in db.read_bytes()

@@ -248,7 +248,8 @@ class GuardedProxy:
         outcome = run.guard.outcome
         if outcome is None:
             pending: dict[str, Any] = {"call_id": call_id, "tool": name, "kind": spec.kind}
-            pending.update(arguments=_arguments(arguments), operation_id=named if isinstance(named, str) else None)
+            shown = _arguments(run.guard.storable(arguments))  # what operators read: redacted
+            pending.update(arguments=shown, operation_id=named if isinstance(named, str) else None)
 
             def store(_result: Any, guard: Any) -> str:
                 paused = guard.pause("{}", [pending], detail=f"{name} waits for an operator's approval")
