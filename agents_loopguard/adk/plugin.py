@@ -333,7 +333,8 @@ class LoopGuardPlugin(BasePlugin):
 
     def _store_pause(self, state: Invocation) -> Any:
         def store(_result: Any, guard: Guard) -> str | None:
-            resume = {"framework": "adk", "session_id": state.session_id, "calls": state.waiting}
+            calls = [call["call_id"] for call in state.waiting]  # by id: the calls themselves are the pause's own
+            resume = {"framework": "adk", "session_id": state.session_id, "calls": calls}
             outcome = guard.pause(json.dumps(resume), list(state.waiting), detail="ADK tool confirmation")
             return outcome.pause_id
 
@@ -477,7 +478,8 @@ class LoopGuardPlugin(BasePlugin):
             return False
         confirmation = context.tool_confirmation
         if confirmation is None:
-            state.waiting.append(wire.pending_call(tool.name, spec, args, context.function_call_id))
+            secrets = state.run.guard.secrets
+            state.waiting.append(wire.pending_call(tool.name, spec, args, context.function_call_id, secrets=secrets))
             return True
         return not confirmation.confirmed
 

@@ -26,7 +26,7 @@ from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from ..run import ToolSpec
-from ..values.canonical import CanonicalError, canonical_json
+from ..values.canonical import CanonicalError, canonical_json, redact
 
 __all__ = [
     "agents",
@@ -197,13 +197,16 @@ def misfit(tool: Any) -> Callable[[Mapping[str, Any]], str | None] | None:
     return check
 
 
-def pending_call(tool: str, spec: ToolSpec, args: Mapping[str, Any], call_id: str | None) -> dict[str, Any]:
-    """A call waiting for ADK's tool confirmation, as a pause stores it (the shape of every adapter's pause)."""
+def pending_call(
+    tool: str, spec: ToolSpec, args: Mapping[str, Any], call_id: str | None, *, secrets: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A call waiting for ADK's tool confirmation, as a pause stores it (the shape of every adapter's pause; the
+    arguments redacted with the run's ``secrets``)."""
     named = spec.operation_of(args)
     try:
-        arguments = canonical_json(dict(args)).decode()
+        arguments = canonical_json(redact(dict(args), secrets=secrets)).decode()
     except CanonicalError:
-        arguments = repr(dict(args))
+        arguments = str(redact(repr(dict(args)), secrets=secrets))
     return {
         "call_id": call_id or "",
         "tool": tool,

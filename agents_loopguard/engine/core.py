@@ -18,6 +18,7 @@ The cycle of one call::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -29,7 +30,7 @@ from ..store.base import OperationState, Progress, StepRecord, Store, TaskSnapsh
 from ..store.memory import MemoryStore
 from ..values.budget import MAX_LIMIT, Budget, Policy
 from ..values.calls import KINDS, UNSET, Call, Kind, Ticket, Verdict, outside_namespace, parse_call
-from ..values.canonical import CanonicalError, canonical_json, fingerprint, redact
+from ..values.canonical import CanonicalError, canonical_json, fingerprint, operation_id_problem, redact
 from ..values.errors import StateError
 from ..values.evidence import (
     UNVERIFIED,
@@ -215,6 +216,16 @@ class Guard(Metering, Ending, LoopRules, Probing):
         )
         return verdict
 
+    def _unnamed(self, write: Call) -> tuple[Call, Verdict] | None:
+        """A write without an operation id, or whose id holds a credential (refused and never recorded: see
+        :func:`~agents_loopguard.values.canonical.operation_id_problem`): the call to trace and the verdict."""
+        if not write.operation_id:
+            return write, Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
+        leak = operation_id_problem(write.operation_id, secrets=self.secrets)
+        if leak is None:
+            return None
+        return dataclasses.replace(write, operation_id=None), Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, leak)
+
     def storable(self, value: Any) -> Any:
         """``value`` as it may be stored: JSON-safe and redacted."""
         return redact(value, secrets=self.secrets)
@@ -289,9 +300,8 @@ class Guard(Metering, Ending, LoopRules, Probing):
             return self._refuse(call, Verdict(Status.STOPPED, Reason.INVALID_CALL, str(exc)), at=at)
         if self.budget.expired(at):
             return self._refuse(call, Verdict(Status.STOPPED, Reason.DEADLINE, "deadline reached"), at=at, fp=fp)
-        if call.kind == "write" and not call.operation_id:
-            verdict = Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
-            return self._refuse(call, verdict, at=at, fp=fp)
+        if call.kind == "write" and (unnamed := self._unnamed(call)) is not None:
+            return self._refuse(*unnamed, at=at, fp=fp)
         if (foreign := outside_namespace(call, self.flow)) is not None:  # R18: a flow's writes, or a task's
             return self._refuse(call, foreign, at=at, fp=fp)
         repeated = self.recent.repeat(call, fp)

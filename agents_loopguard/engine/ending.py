@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..store.base import Store, TraceEntry
 from ..values.calls import UNSET, Verdict
-from ..values.canonical import redact
+from ..values.canonical import operation_id_problem, redact
 from ..values.digests import pause_digest
 from ..values.outcome import Outcome, Reason, RecordError, RecoveryRecord, Status, Usage
 
@@ -120,7 +120,7 @@ class Ending:
         """
         if self.outcome is not None:
             return self.outcome
-        calls = [dict(call) for call in pending_calls]
+        calls = [self._unleaked(call) for call in pending_calls]
         pause_id = f"pause-{uuid.uuid4().hex[:16]}"
         self._refresh()
         outcome = Outcome(
@@ -132,6 +132,7 @@ class Ending:
             detail=redact(detail, secrets=self.secrets),
             pause_id=pause_id,
             result=result,
+            secrets=self.secrets,
         )
         self.store.save_pause(
             self.task_id,
@@ -145,6 +146,15 @@ class Ending:
         self.outcome = outcome
         self._observe("outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=None)
         return outcome
+
+    def _unleaked(self, call: Mapping[str, Any]) -> dict[str, Any]:
+        """A pending call as a pause stores it: an operation id that holds a credential is not kept (the guard
+        refuses that write once approved, see :func:`~agents_loopguard.values.canonical.operation_id_problem`)."""
+        kept = dict(call)
+        named = kept.get("operation_id")
+        if isinstance(named, str) and operation_id_problem(named, secrets=self.secrets) is not None:
+            kept["operation_id"] = None
+        return kept
 
     def _refresh(self) -> None:
         """Take the task's counters and revision from the store (other workers may have moved them)."""
@@ -184,15 +194,16 @@ class Ending:
             pause_id=pause_id,
             final_output=self.storable(final_output) if final_output is not None else None,
             result=result,
+            secrets=self.secrets,
         )
-        record = outcome.record(secrets=self.secrets).to_dict()
+        record = outcome.record().to_dict()
         kept = self.store.finish(self.task_id, record, now=self._now())
         if kept != record:  # another worker ended the task first: its outcome is the task's
             try:
                 stored = RecoveryRecord.from_json(kept).to_outcome()
             except RecordError as exc:
                 raise RecordError(f"task {self.task_id!r}: {exc}") from exc
-            outcome = dataclasses.replace(stored, result=result)
+            outcome = dataclasses.replace(stored, result=result, secrets=self.secrets)
         self.outcome = outcome
         self._observe(
             "outcome", status=str(outcome.status), reason=str(outcome.reason), operation_id=outcome.operation_id

@@ -49,6 +49,7 @@ from ..run import (
     perform_check,
     perform_check_async,
 )
+from ..run.declarations import parse_arguments
 from ..run.requests import Failed
 from ..run.retry import RetryPolicy
 from ..run.state import refusal_message
@@ -392,7 +393,9 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         for bad in message.invalid_tool_calls:
             call_id = bad.get("id") or f"invalid-{len(scope.invalid)}"
             name = bad.get("name") or ""
-            detail = f"the arguments for {name!r} are not a JSON object ({bad.get('error') or 'unreadable'})"
+            parsed = parse_arguments(name, bad.get("args"))  # beyond the bounds: the guard's own reason
+            why = parsed if isinstance(parsed, str) else None
+            detail = why or f"the arguments for {name!r} are not a JSON object ({bad.get('error') or 'unreadable'})"
             scope.invalid[call_id] = (name, detail)
             routed.append({"name": name, "args": {}, "id": call_id, "type": "tool_call"})
         fixed = message.model_copy(update={"tool_calls": routed, "invalid_tool_calls": []})

@@ -41,7 +41,7 @@ from ..run import (
 )
 from ..run.listed import NotDeclared, judge_listed
 from ..store.base import Store
-from ..values.canonical import CanonicalError, canonical_json
+from ..values.canonical import CanonicalError, canonical_json, operation_id_problem
 from ..values.errors import InputError, NotFoundError
 from .config import ProxyConfig
 from .link import UpstreamLink
@@ -160,7 +160,7 @@ class GuardedProxy:
         """One ``tools/call``: the upstream's result, or an error result whose text says why it did not run."""
         name, arguments = params.name, dict(params.arguments or {})
         if name == UNREADABLE:  # a request the MCP library could not read (see .stdio): answered, never sent on
-            return _error(str(arguments.get("why")))
+            return self._unreadable(ctx, str(arguments.get("why")), arguments.get("tool"))
         task = self.task_of(ctx, arguments)
         if isinstance(task, types.CallToolResult):
             return task
@@ -192,6 +192,20 @@ class GuardedProxy:
         if spec.verify is result_verify:  # verify = "result": the evidence is relative to the task's revision
             spec = dataclasses.replace(spec, verify=lambda _a, out: result_evidence(out, revision=run.guard.revision))
         return self._answer(run, await adrive(run.execute(spec, call), self._perform(name, arguments)))
+
+    def _unreadable(self, ctx: Any, why: str, tool: Any) -> types.CallToolResult:
+        """A request the MCP library could not read (nested too deep, not JSON): refused ``invalid_call`` in its
+        task, traced like any invalid call, when the task is known without the request's arguments; else answered
+        with why. Never sent on, nothing reserved."""
+        task = self.task_of(ctx, {}) if self.config.task.by != "argument" else None
+        if not isinstance(task, str):
+            return _error(why)
+        try:
+            run = GuardedRun.start(dataclasses.replace(self.options, task_id=task))
+        except InputError:
+            return _error(why)
+        name = tool if isinstance(tool, str) and tool in self.annotations else UNREADABLE
+        return self._answer(run, run.refuse_invalid(name, "read", why))
 
     def _perform(self, name: str, arguments: dict[str, Any]) -> Any:
         async def perform(effect: Any) -> Any:
@@ -226,11 +240,16 @@ class GuardedProxy:
         call_id = _call_id(name, arguments)
         if self._committed(spec, arguments):
             return run  # the ledger answers it with the stored result: nothing runs, nothing to approve
+        named = spec.operation_of(arguments)
+        if isinstance(named, str) and operation_id_problem(named, secrets=run.guard.secrets) is not None:
+            return (
+                run  # the guard refuses it (an operation id holding a credential is recorded nowhere, not in a pause)
+            )
         outcome = run.guard.outcome
         if outcome is None:
-            named = spec.operation_of(arguments)
             pending: dict[str, Any] = {"call_id": call_id, "tool": name, "kind": spec.kind}
-            pending.update(arguments=_arguments(arguments), operation_id=named if isinstance(named, str) else None)
+            shown = _arguments(run.guard.storable(arguments))  # what operators read: redacted
+            pending.update(arguments=shown, operation_id=named if isinstance(named, str) else None)
 
             def store(_result: Any, guard: Any) -> str:
                 paused = guard.pause("{}", [pending], detail=f"{name} waits for an operator's approval")

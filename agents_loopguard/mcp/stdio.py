@@ -36,6 +36,7 @@ WHY = (
     "nothing was sent to the upstream"
 )
 _ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
+_NAME = re.compile(r'"params"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]{1,128})"')
 
 
 def _request(line: str) -> tuple[int | str | None, Any]:
@@ -63,7 +64,9 @@ def answerable(error: Exception) -> SessionMessage | Exception:
     request_id, meta = _request(line) if line is not None else (None, None)
     if request_id is None:
         return error
-    params: dict[str, Any] = {"name": UNREADABLE, "arguments": {"why": WHY}}
+    named = _NAME.search(line[:4096]) if line is not None else None
+    arguments = {"why": WHY, "tool": named.group(1)} if named else {"why": WHY}
+    params: dict[str, Any] = {"name": UNREADABLE, "arguments": arguments}
     if meta is not None:
         params["_meta"] = meta
     return SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/call", params=params))

@@ -7,11 +7,11 @@ application verifies a result, its retries and its own limit; and how the model'
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..values.arguments import ArgumentsRefused, arguments_problem, load_arguments
 from ..values.calls import KINDS, Kind
 from ..values.probes import Probe
 from .retry import NO_RETRY, RetryPolicy
@@ -238,11 +238,14 @@ def parse_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str,
     ({'order': 42}, "the arguments for 'lookup' are a JSON list, not a JSON object")
     """
     if isinstance(raw, Mapping):
-        return dict(raw)
+        problem = arguments_problem(raw)
+        return dict(raw) if problem is None else f"the arguments for {tool!r} are refused: {problem}"
     if raw is None or not raw.strip():
         return {}
     try:
-        parsed = json.loads(raw)
+        parsed = load_arguments(raw)
+    except ArgumentsRefused as exc:
+        return f"the arguments for {tool!r} are refused: {exc}"
     except ValueError as exc:
         return f"the arguments for {tool!r} are not JSON (not valid JSON: {exc})"
     if not isinstance(parsed, dict):

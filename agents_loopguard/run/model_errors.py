@@ -71,9 +71,18 @@ def classify_model_error(error: BaseException) -> ModelFailure | None:
     A 401 from the server is ``permission`` (never retried, not billed); a timeout is ``transient`` and keeps its
     worst-case cost (the tests drive both through the real client against a scripted server).
 
+    A ``RecursionError`` raised while decoding JSON is the client failing to read the model's answer (nested
+    deeper than its parser goes: hostile input, see :mod:`agents_loopguard.values.arguments`): ``transient`` like a
+    server error (another attempt may be readable; each is reserved), billed.
+
     >>> classify_model_error(ValueError("not an API error")) is None
     True
+    >>> classify_model_error(RecursionError("maximum recursion depth exceeded while decoding a JSON array")).label
+    'unreadable_answer'
     """
+    if isinstance(error, RecursionError) and "JSON" in str(error):
+        detail = "the model's answer could not be read: its JSON is nested too deeply for the client's parser"
+        return ModelFailure("transient", True, None, True, "unreadable_answer", detail)
     openai = sys.modules.get("openai")  # not imported: the error is none of its (the operator's CLI never loads it)
     if openai is not None and isinstance(error, openai.APIConnectionError):  # timeouts included: maybe served
         return ModelFailure("transient", True, None, True, type(error).__name__, f"{type(error).__name__}: {error}")

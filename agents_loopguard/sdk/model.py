@@ -32,6 +32,7 @@ from agents.tool import Tool
 from ..run import Answer, GuardedRun, Sleep, adrive, perform_check_async, within_deadline
 from ..run.requests import Failed, Send, model_request
 from ..run.retry import RetryPolicy
+from ..values.arguments import screened_arguments
 from ..values.outcome import Reason
 from . import private
 from ._internal import ACTIVE_RUN, Halt, outside_a_run
@@ -160,7 +161,8 @@ class GuardedModel(Model):
             if self._refusal is None:
                 raise
             raise self._refusal(halt) from halt
-        return response
+        output = _screened(response.output)
+        return response if output is response.output else dataclasses.replace(response, output=output)
 
     async def stream_response(
         self,
@@ -202,7 +204,7 @@ class GuardedModel(Model):
                         async for event in _until_deadline(events, self._run):
                             started = True
                             usage = _usage(getattr(event, "response", None)) or usage
-                            yield event
+                            yield _screened_event(event)
                 except Exception as exc:
                     answer = Answer(error=exc, retryable=not started)
                 else:
@@ -287,6 +289,36 @@ def _response(outcome: Any) -> Any:
         assert outcome.verdict is not None
         raise Halt(outcome.verdict) from outcome.error
     raise outcome.error
+
+
+def _screened_item(item: Any) -> Any:
+    """``item``, or, for a function call whose arguments are beyond the bounds (nested too deep, too long), a copy
+    carrying the refusal instead: the SDK parses a call's arguments as the response arrives, before any tool runs
+    (see :mod:`agents_loopguard.values.arguments`); the guarded tool then refuses it (``invalid_call``)."""
+    arguments = getattr(item, "arguments", None)
+    if not isinstance(arguments, str):
+        return item
+    screened = screened_arguments(arguments)
+    return item if screened is arguments else item.model_copy(update={"arguments": screened})
+
+
+def _screened(output: list[Any]) -> list[Any]:
+    """The items of a response, each screened (the same list when nothing changed)."""
+    screened = [_screened_item(item) for item in output]
+    return output if all(new is old for new, old in zip(screened, output, strict=True)) else screened
+
+
+def _screened_event(event: Any) -> Any:
+    """A streamed event with its function calls screened: an item's, the completed response's, its own."""
+    event = _screened_item(event)
+    item = getattr(event, "item", None)
+    if item is not None and (new := _screened_item(item)) is not item:
+        event = event.model_copy(update={"item": new})
+    response: Any = getattr(event, "response", None)
+    output = getattr(response, "output", None)
+    if isinstance(output, list) and (screened := _screened(output)) is not output:
+        event = event.model_copy(update={"response": response.model_copy(update={"output": screened})})
+    return event
 
 
 async def _until_deadline(events: AsyncIterator[Any], run: GuardedRun) -> AsyncIterator[Any]:

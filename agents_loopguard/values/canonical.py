@@ -44,6 +44,7 @@ __all__ = [
     "CanonicalError",
     "canonical_json",
     "fingerprint",
+    "operation_id_problem",
     "redact",
 ]
 
@@ -568,6 +569,32 @@ def _redact_json_text(text: str, secrets: tuple[str, ...]) -> str:
     return text if cleaned == parsed else json.dumps(cleaned, ensure_ascii=False, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=4096)
+def _redacted_key(key: str, secrets: tuple[str, ...]) -> str:
+    """A dict's key as it may be stored: a credential used as a key (a registered secret, an ``sk-`` key) goes
+    like one in a value (keys repeat across calls: cached)."""
+    return _redact_text(key, secrets) if key else key
+
+
+def operation_id_problem(operation_id: str, *, secrets: Iterable[str] = ()) -> str | None:
+    """Why a write's ``operation_id`` may not be recorded, or ``None``: it holds a credential (one of ``secrets``,
+    or one :func:`redact` recognises). An operation id is a business key the ledger and the receiver match on, so
+    it is refused rather than redacted: two ids redacted alike would merge two operations.
+
+    >>> operation_id_problem("refund-42") is None
+    True
+    >>> operation_id_problem("charge-hunter2-1", secrets=["hunter2"])[:35]
+    'the operation id holds a credential'
+    """
+    known = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+    if _redact_text(operation_id, known) == operation_id:
+        return None
+    return (
+        "the operation id holds a credential (a registered secret, or a key by its shape): derive it from a business "
+        "key that is not secret"
+    )
+
+
 def redact(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     """Return a copy of ``value`` fit to be stored: credentials replaced by ``"[redacted]"``.
 
@@ -594,10 +621,15 @@ def _redact(value: Any, secrets: tuple[str, ...], depth: int) -> Any:
     if depth > _MAX_DEPTH:
         return REDACTED
     if kind is dict or isinstance(value, Mapping):
-        return {
-            str(key): REDACTED if isinstance(key, str) and _is_secret_key(key) else _redact(item, secrets, depth + 1)
-            for key, item in value.items()
-        }
+        cleaned: dict[str, Any] = {}
+        for key, item in value.items():
+            name = _redacted_key(key if isinstance(key, str) else str(key), secrets)
+            while name in cleaned:  # two keys redacted alike: neither value is lost
+                name += "'"
+            cleaned[name] = (
+                REDACTED if isinstance(key, str) and _is_secret_key(key) else _redact(item, secrets, depth + 1)
+            )
+        return cleaned
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_redact(item, secrets, depth + 1) for item in value]
     if isinstance(value, str):

@@ -204,6 +204,9 @@ class Outcome:
     still has it."""
     result: Any = field(default=None, compare=False, repr=False)
     """The adapter's own result object (for the Agents SDK: the RunResult or the exception's run data)."""
+    secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    """The run's registered secrets, which :meth:`record` redacts wherever the record goes (a workflow's result, a
+    framework's state, the command line)."""
 
     @property
     def done(self) -> bool:
@@ -211,8 +214,10 @@ class Outcome:
         return self.status is Status.COMPLETED
 
     def record(self, *, secrets: Iterable[str] = ()) -> RecoveryRecord:
-        """The recovery record of this outcome; its ``validated_value`` is :attr:`value` redacted (``secrets`` are
-        the application's own, see :func:`~agents_loopguard.values.canonical.redact`), so a rerun returns it."""
+        """The recovery record of this outcome; its ``validated_value`` is :attr:`value` redacted (with the run's
+        :attr:`secrets` and ``secrets``, the application's own, see
+        :func:`~agents_loopguard.values.canonical.redact`), so a rerun returns it."""
+        secrets = (*self.secrets, *secrets)
         return RecoveryRecord(
             task_id=self.task_id,
             status=self.status,

@@ -61,6 +61,13 @@ class Dynamic:
     respond: Callable[[JSON], Reply | HttpError]
 
 
+@dataclass(frozen=True)
+class RawArgs:
+    """A call's ``args`` written verbatim into the answer: JSON no encoder writes (100,000 levels deep)."""
+
+    text: str
+
+
 Step = Reply | HttpError | Dynamic
 
 
@@ -127,6 +134,22 @@ def _answer(reply: Reply) -> JSON:
     return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": "scripted"}
 
 
+def _encoded(payload: JSON) -> bytes:
+    """``payload`` as JSON, each :class:`RawArgs` written verbatim."""
+    raws: list[str] = []
+
+    def placeholder(value: Any) -> str:
+        if not isinstance(value, RawArgs):
+            raise TypeError(f"{type(value).__name__} is not JSON")
+        raws.append(value.text)
+        return f"\x00raw{len(raws) - 1}"
+
+    text = json.dumps(payload, default=placeholder)
+    for index, raw in enumerate(raws):
+        text = text.replace(json.dumps(f"\x00raw{index}"), raw)
+    return text.encode()
+
+
 def _chunks(payload: JSON) -> list[JSON]:
     """A whole answer as the chunks of a stream: each text part word by word, then the rest with the usage."""
     candidate = payload["candidates"][0]
@@ -166,7 +189,7 @@ class ScriptedGeminiServer:
                 if status == 200 and ":streamGenerateContent" in self.path:
                     self._stream(payload)
                     return
-                data = json.dumps(payload).encode()
+                data = _encoded(payload)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -175,7 +198,7 @@ class ScriptedGeminiServer:
 
             def _stream(self, payload: JSON) -> None:
                 """Server-sent events (``alt=sse``): the answer in chunks, text first word by word."""
-                data = b"".join(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n" for chunk in _chunks(payload))
+                data = b"".join(b"data: " + _encoded(chunk) + b"\r\n\r\n" for chunk in _chunks(payload))
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Content-Length", str(len(data)))
