@@ -227,7 +227,7 @@ def mcp_sdk(kind: str) -> Callable[[Env], Observed]:
                 agent = Agent(name="clerk", model=model, mcp_servers=[server])
                 declared = {tool: upstream.declare(tool) for tool in ("pay", "refund")}
                 options = env.options(
-                    mcp_trusted=["payments"], undeclared_tools=["lookup"], tools=declared, on_refusal="continue"
+                    mcp_trusted=["payments"], unguarded={"lookup": "a read the test lets run"}, tools=declared, on_refusal="continue"
                 )
                 return await run_guarded(agent, "Refund order 1.", **options)
 
@@ -253,7 +253,7 @@ class RawClient:
         config = folder / "proxy.toml"
         config.write_text(
             f'[upstream]\ncommand = {json.dumps(upstream)}\nname = "payments"\ntrusted = true\n'
-            f'undeclared = ["lookup"]\n\n[task]\nby = "fixed"\nid = "{env.task_id}"\n\n[budget]\n'
+            f'unguarded = {{ lookup = "a read the test lets run" }}\n\n[task]\nby = "fixed"\nid = "{env.task_id}"\n\n[budget]\n'
             f'tool_executions = {env.budget.tool_executions}\n\n[tools.refund]\nkind = "write"\n\n'
             f'[tools.pay]\nkind = "write"\noperation_id = "pay-{{invoice}}"\n'
             + ("approval = true\n" if approval else ""),
