@@ -227,7 +227,10 @@ def mcp_sdk(kind: str) -> Callable[[Env], Observed]:
                 agent = Agent(name="clerk", model=model, mcp_servers=[server])
                 declared = {tool: upstream.declare(tool) for tool in ("pay", "refund")}
                 options = env.options(
-                    mcp_trusted=["payments"], unguarded={"lookup": "a read the test lets run"}, tools=declared, on_refusal="continue"
+                    mcp_trusted=["payments"],
+                    unguarded={"lookup": "a read the test lets run"},
+                    tools=declared,
+                    on_refusal="continue",
                 )
                 return await run_guarded(agent, "Refund order 1.", **options)
 
