@@ -64,6 +64,7 @@ def guarded_tool(
     max_executions: int | None = None,
     require_confirmation: bool | Callable[..., bool] = False,
     volatile_args: tuple[str, ...] = (),
+    progress_key: str | None = None,
 ) -> GuardedFunctionTool:
     """``FunctionTool(func, require_confirmation=...)`` with its guard declaration (the same rules as every
     adapter's, :func:`~agents_loopguard.run.declare_tool`): a write needs ``operation_id`` and ``verify``. Without
@@ -80,7 +81,7 @@ def guarded_tool(
     """
     name = getattr(func, "__name__", "tool")
     given = kind is not None or operation_id is not None or verify is not None or max_executions is not None
-    given = given or bool(volatile_args)
+    given = given or bool(volatile_args) or progress_key is not None
     spec = UNDECLARED
     if given or retry is not NO_RETRY:
         spec = declare_tool(
@@ -91,6 +92,7 @@ def guarded_tool(
             retry=retry,
             max_executions=max_executions,
             volatile_args=volatile_args,
+            progress_key=progress_key,
         )
     return GuardedFunctionTool(func, spec, require_confirmation=require_confirmation)
 

@@ -49,6 +49,7 @@ from .detectors import Recent
 from .ending import Ending
 from .loops import LoopRules, transient
 from .metering import Metering
+from .progress import KeyStep, ProgressKeys
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
@@ -63,7 +64,7 @@ logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 
 
-class Guard(Metering, Ending, LoopRules):
+class Guard(Metering, Ending, LoopRules, ProgressKeys):
     """The guard of one task: reserve before every call, decide from verified evidence, end with one Outcome.
 
     >>> from agents_loopguard import Budget
@@ -112,6 +113,7 @@ class Guard(Metering, Ending, LoopRules):
         self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
         self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
         self._unverified = 0  # executions in a row that nobody verified (bounded by Policy.max_unverified)
+        self._keys: dict[str, int] | None = None  # progress key -> its last revision, read once (engine.progress)
         self.recent = Recent(self.policy)
         """The calls this guard settled most recently: the repeat, cycle and error-storm rules read them."""
         self.last_good: Any = None
@@ -444,7 +446,8 @@ class Guard(Metering, Ending, LoopRules):
         args = next((a for a in reserved if isinstance(a, dict)), {})  # as reserved (already redacted)
         call = Call(record.tool, args, kind="write", operation_id=operation_id)
         committed = effect == "committed"
-        evidence = {"revision": self.revision + int(committed), "done": committed and done, "effect": effect}
+        revision = self.progress_revision(call) + int(committed)
+        evidence = {"revision": revision, "done": committed and done, "effect": effect}
         result = {"status": "ok" if ok else "retryable", "output": output}
         return self.settle(Ticket(call, call, record.payload, self.revision), result, evidence=evidence)
 
@@ -457,10 +460,10 @@ class Guard(Metering, Ending, LoopRules):
         status, proof = judged
         at = self._now()
         early = self._early_end(status, at)
-        progress = self._record(ticket, result, status, proof, early=early, at=at)
+        progress, step = self._record(ticket, result, status, proof, early=early, at=at)
         if early is not None:
             return early
-        return self._decide(ticket, result, status, proof, progress)
+        return self._decide(ticket, result, status, proof, progress, step)
 
     def _judge(
         self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any
@@ -486,9 +489,10 @@ class Guard(Metering, Ending, LoopRules):
                 evidence = verify(ticket.proposal, result)
             except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
                 evidence = VerifyFailed(exc)
+        current = self.progress_revision(call, ticket)  # its progress key's last revision (engine.progress)
         if evidence is UNVERIFIED and not write:
-            return status, Evidence(revision=ticket.revision, done=False, effect=Effect.NONE, verified=False)
-        proof = parse_evidence(evidence, status=status, current_revision=ticket.revision)
+            return status, Evidence(revision=current, done=False, effect=Effect.NONE, verified=False)
+        proof = parse_evidence(evidence, status=status, current_revision=current, key=self._key_detail(ticket))
         if isinstance(proof, str):
             self._trace_only(ticket, "invalid_evidence")
             return Verdict(lost, Reason.INVALID_EVIDENCE, proof, op_id)
@@ -518,8 +522,9 @@ class Guard(Metering, Ending, LoopRules):
 
     def _record(
         self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, *, early: Verdict | None, at: float
-    ) -> Progress:
-        """Step 2: one store step records the trace, the write's ledger state and the progress."""
+    ) -> tuple[Progress, KeyStep]:
+        """Step 2: one store step records the trace, the write's ledger state and the progress (its progress key's
+        new revision, and the task's)."""
         call = ticket.call
         write = call.kind == "write"
         op_id = call.operation_id if write else None
@@ -531,8 +536,9 @@ class Guard(Metering, Ending, LoopRules):
         pending = proof.pending and call.kind == "poll"
         # a transient failure without effect is a retry, not a stall (Policy.retry_transient)
         retry = status is ResultStatus.RETRYABLE and self.policy.retry_transient and transient(status, proof)
-        retry = retry and proof.revision <= ticket.revision
+        retry = retry and proof.revision <= self.progress_revision(call, ticket)
         # a pending poll is no stall; an unverified read records no progress at all
+        step = self._key_step(ticket, proof, record=early is None and proof.verified and not retry)
         progress = self.store.record_execution(
             self.task_id,
             self._trace(
@@ -542,16 +548,18 @@ class Guard(Metering, Ending, LoopRules):
                 fp=ticket.fingerprint,
                 state=str(proof.effect) if write else None,
             ),
-            revision=None if early or not proof.verified or retry else proof.revision,
+            revision=step.task_revision,
             pending=pending,
             operation=operation,
             seen=seen,
+            key=step.stored,
         )
         self.used = progress.used
-        return progress
+        self._key_recorded(step, proof)
+        return progress, step
 
     def _decide(
-        self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, progress: Progress
+        self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, progress: Progress, step: KeyStep
     ) -> Verdict | None:
         """Step 3: the progress rules on what was recorded: done, a retry after a commit, then the loop rules."""
         call = ticket.call
@@ -570,7 +578,7 @@ class Guard(Metering, Ending, LoopRules):
                 "a retryable failure of a write that committed: do not send it again",
                 call.operation_id,
             )
-        return self._loop_rules(ticket, proof, progress, failed=transient(status, proof))
+        return self._loop_rules(ticket, proof, progress, failed=transient(status, proof), advanced=step.advanced)
 
 
 def _result_class(ticket: Ticket, status: ResultStatus, proof: Evidence, pending: bool) -> str:

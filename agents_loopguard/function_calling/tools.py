@@ -62,10 +62,12 @@ class GuardedTool:
     """Executions of this tool allowed for the whole task (``None``: only the task's budget bounds it)."""
     volatile_args: tuple[str, ...] = ()
     """Arguments that are no part of the action (a timestamp, a request id): left out of the call's identity."""
+    progress_key: str | None = None
+    """Whose revision ``verify`` reports (``None``: the tool's own); tools that count the same thing share a key."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The guard's declaration of this tool (checked when the tool is made); a tool made without ``kind``,
-    ``operation_id``, ``verify``, ``retry``, ``max_executions`` or ``volatile_args`` declares nothing, and a
-    declaration by name (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
+    ``operation_id``, ``verify``, ``retry``, ``max_executions``, ``volatile_args`` or ``progress_key`` declares
+    nothing, and a declaration by name (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -75,7 +77,9 @@ class GuardedTool:
         if not isinstance(self.parameters, Mapping):
             raise TypeError(f"tool {self.name!r}: parameters must be a JSON schema object (a mapping)")
         says = (self.kind, self.operation_id, self.verify, self.retry, self.max_executions, self.volatile_args)
-        if says == ("read", None, None, RetryPolicy(), None, ()):  # declares nothing: RunOptions.tools may
+        if (
+            says == ("read", None, None, RetryPolicy(), None, ()) and self.progress_key is None
+        ):  # declares nothing: RunOptions.tools may
             spec = UNDECLARED
         else:
             spec = declare_tool(
@@ -86,6 +90,7 @@ class GuardedTool:
                 retry=self.retry,
                 max_executions=self.max_executions,
                 volatile_args=self.volatile_args,
+                progress_key=self.progress_key,
             )
         object.__setattr__(self, "spec", spec)
 

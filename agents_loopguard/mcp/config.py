@@ -49,7 +49,7 @@ from .verify import canonical_operation_id, result_verify, templated_operation_i
 __all__ = ["ConfigError", "ProxyConfig", "TaskRule", "Upstream", "load_config", "parse_config"]
 
 TaskBy = Literal["session", "header", "argument", "fixed"]
-_TOOL_KEYS = {"kind", "operation_id", "verify", "max_executions", "approval"}
+_TOOL_KEYS = {"kind", "operation_id", "verify", "max_executions", "approval", "progress_key"}
 
 
 class ConfigError(InputError):
@@ -237,6 +237,7 @@ def _tool(name: str, entry: dict[str, Any]) -> ToolSpec:
             operation_id=_operation_id(name, template) if kind == "write" else None,
             verify=_verify(name, verify),
             max_executions=_count(entry, f"tools.{name}", "max_executions"),
+            progress_key=entry.get("progress_key"),
         )
     except ValueError as exc:
         raise ConfigError(f"[tools.{name}]: {exc}") from None

@@ -50,6 +50,10 @@ class ToolSpec:
     """Top-level arguments that are no part of the action (a timestamp, a request id): left out of the call's
     identity, so calls that differ only in them are the same call to the repeat rules (and, for a write, the same
     payload). Never an argument that changes what the call does (a customer id, an amount, a page's cursor)."""
+    progress_key: str | None = None
+    """Whose revision ``verify`` reports (``None``: the tool's own): tools whose verifies count the same thing
+    declare the same key; each key's revision is compared only with its own last one
+    (:mod:`~agents_loopguard.engine.progress`)."""
 
     def operation_of(self, args: Mapping[str, Any]) -> str | Unnamed | None:
         """The business operation a write with these arguments performs (``None`` for a tool that is not a
@@ -89,10 +93,12 @@ def declare_tool(
     retry: RetryPolicy = NO_RETRY,
     max_executions: int | None = None,
     volatile_args: tuple[str, ...] | list[str] = (),
+    progress_key: str | None = None,
 ) -> ToolSpec:
     """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
 
-    ``volatile_args`` names the arguments that are no part of the action (:attr:`ToolSpec.volatile_args`):
+    ``volatile_args`` names the arguments that are no part of the action (:attr:`ToolSpec.volatile_args`);
+    ``progress_key`` whose revision ``verify`` reports (:attr:`ToolSpec.progress_key`; default the tool's own):
 
     >>> declare_tool("search", volatile_args=("requested_at",)).volatile_args
     ('requested_at',)
@@ -123,6 +129,8 @@ def declare_tool(
         raise ValueError(f"tool {name!r}: max_executions must be an int >= 0 or None, got {max_executions!r}")
     if isinstance(volatile_args, str) or not all(isinstance(a, str) and a for a in volatile_args):
         raise ValueError(f"tool {name!r}: volatile_args must be a tuple of argument names, got {volatile_args!r}")
+    if progress_key is not None and (not isinstance(progress_key, str) or not progress_key):
+        raise ValueError(f"tool {name!r}: progress_key must be a non-empty string or None, got {progress_key!r}")
     return ToolSpec(
         kind=kind,
         operation_id=operation_id,
@@ -130,6 +138,7 @@ def declare_tool(
         retry=retry,
         max_executions=max_executions,
         volatile_args=tuple(volatile_args),
+        progress_key=progress_key,
     )
 
 

@@ -318,6 +318,7 @@ def guarded_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    progress_key: str | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool: ...
 
@@ -333,6 +334,7 @@ def guarded_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    progress_key: str | None = None,
     **function_tool_options: Any,
 ) -> Callable[[ToolFunction[...]], FunctionTool]: ...
 
@@ -348,6 +350,7 @@ def guarded_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    progress_key: str | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool | Callable[[ToolFunction[...]], FunctionTool]:
     """``@function_tool`` with a guard declaration: the guard's declaration, and every ``function_tool`` keyword
@@ -368,6 +371,8 @@ def guarded_tool(
         retry: retries of a transient failure verified to have had no effect (none by default).
         volatile_args: arguments that are no part of the action (a timestamp, a request id): left out of the
             call's identity, so near-duplicates are the same call (never an argument that changes the meaning).
+        progress_key: whose revision ``verify`` reports (default: the tool's own); tools whose verifies count the
+            same thing share a key. Each key's revision is compared only with its own last one.
         **function_tool_options: ``function_tool``'s own keywords. ``failure_error_function``: not given, the SDK's
             default message; ``None``, the body's exception is raised and the run ends with the failure the guard
             recorded. It is read from the tool at call time, so ``dataclasses.replace(tool, ...)`` with another
@@ -389,7 +394,7 @@ def guarded_tool(
     if isinstance(func, ToolSpec):  # @guarded_tool(spec, ...): the declaration came first
         func, declaration = None, func
     fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify, "retry": retry}
-    fields.update(max_executions=max_executions, volatile_args=volatile_args)
+    fields.update(max_executions=max_executions, volatile_args=volatile_args, progress_key=progress_key)
 
     def decorate(the_func: ToolFunction[...]) -> FunctionTool:
         name = function_tool_options.get("name_override") or str(getattr(the_func, "__name__", "tool"))
@@ -414,6 +419,7 @@ def _declared(name: str, declaration: ToolSpec | None, fields: dict[str, Any]) -
         "retry": base.retry,
         "max_executions": base.max_executions,
         "volatile_args": base.volatile_args,
+        "progress_key": base.progress_key,
         **given,
     }
     return declare_tool(name, **merged)
@@ -457,6 +463,7 @@ def guard_tool(
     max_executions: int | None = None,
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
+    progress_key: str | None = None,
 ) -> FunctionTool:
     """Guard a ``FunctionTool`` that already exists (made by ``function_tool``, ``agent.as_tool()``, by hand...).
 
@@ -475,7 +482,7 @@ def guard_tool(
     5
     """
     fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify}
-    fields.update(max_executions=max_executions, volatile_args=volatile_args)
+    fields.update(max_executions=max_executions, volatile_args=volatile_args, progress_key=progress_key)
     return _guard(tool, _declared(tool.name, declaration, {**fields, "retry": retry}))
 
 

@@ -56,6 +56,10 @@ class Call:
     """Top-level arguments the tool declares as no part of the action (a timestamp, a request id): left out of the
     call's identity, so near-duplicates are the same call; kept in the trace and passed to the tool. Never a field
     that changes the meaning (a customer id, an amount). Comes from the tool's declaration, never from the model."""
+    progress_key: str | None = None
+    """Whose revision the call's ``verify`` reports (``None``: the tool's own, or the task's with
+    :attr:`~agents_loopguard.values.budget.Policy.task_revision`): each key's revision is compared only with its own
+    last one (see :mod:`~agents_loopguard.engine.progress`). Comes from the tool's declaration."""
 
     def identity(self) -> Mapping[str, Any]:
         """The arguments that name the action: :attr:`args` without the :attr:`volatile` ones.
@@ -83,11 +87,13 @@ def parse_call(proposal: Any) -> Call | str:
         fields = (proposal.tool, proposal.args, proposal.kind, proposal.operation_id, proposal.call_id)
         limit: Any = proposal.max_executions
         volatile: Any = proposal.volatile
+        key: Any = proposal.progress_key
     elif isinstance(proposal, Mapping):
         op = proposal.get("operation_id", proposal.get("operationId"))
         fields = (proposal.get("tool"), proposal.get("args"), proposal.get("kind"), op, proposal.get("call_id"))
         limit = proposal.get("max_executions")
         volatile = proposal.get("volatile", ())
+        key = proposal.get("progress_key")
     else:
         return f"proposal {type(proposal).__name__} is not a mapping"
     tool, args, kind, op, call_id = fields
@@ -101,6 +107,8 @@ def parse_call(proposal: Any) -> Call | str:
         return f"max_executions {limit!r} is not an int >= 0"
     if volatile and (not isinstance(volatile, (list, tuple)) or not all(isinstance(v, str) for v in volatile)):
         return f"volatile {type(volatile).__name__} is not a list of argument names"
+    if key is not None and (not isinstance(key, str) or not key):
+        return f"progress_key {type(key).__name__} is not a non-empty string"
     return Call(
         tool,
         args,
@@ -109,6 +117,7 @@ def parse_call(proposal: Any) -> Call | str:
         call_id if isinstance(call_id, str) else None,
         limit,
         tuple(volatile) if volatile else (),
+        key,
     )
 
 

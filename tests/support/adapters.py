@@ -72,6 +72,7 @@ class Tool:
     retry: RetryPolicy | None = None
     """The tool's retries of a transient failure (``None``: each adapter's default)."""
     volatile_args: tuple[str, ...] = ()
+    progress_key: str | None = None
 
     @property
     def name(self) -> str:
@@ -82,6 +83,8 @@ class Tool:
         declared: dict[str, Any] = {"kind": self.kind, "operation_id": self.operation_id, "verify": self.verify}
         if self.retry is not None:
             declared["retry"] = self.retry
+        if self.progress_key is not None:
+            declared["progress_key"] = self.progress_key
         return {**declared, "volatile_args": self.volatile_args}
 
     def for_sdk(self) -> Any:
