@@ -162,3 +162,16 @@ def test_the_prototypes_policy_keeps_one_task_wide_revision() -> None:
     assert _settle(guard, "search", 2) is None
     verdict = _settle(guard, "orders", 1)
     assert verdict is not None and verdict.detail == "revision 1 goes back from 2"
+
+
+def test_the_store_keeps_each_keys_last_revision(store: Store) -> None:
+    """Any key name (SQL wildcards and colons included), its highest revision; a page's own seen keys stay apart."""
+    from agents_loopguard.store import TraceEntry
+
+    store.ensure_task("t-keys", Budget(9, 9))
+    for key, revision in (("a_b%:c", 2), ("a_b%:c", 5), ("x", 1), ("a_b%:c", 4)):
+        store.record_execution("t-keys", TraceEntry(kind="tool", tool="t"), revision=revision, key=(key, revision))
+    progress = store.record_execution("t-keys", TraceEntry(kind="tool"), revision=5, seen=["cursor:revision:y:9"])
+    assert progress.seen_before == (False,)
+    assert store.progress_keys("t-keys") == {"a_b%:c": 5, "x": 1}
+    assert store.progress_keys("t-none") == {}
