@@ -21,7 +21,7 @@ import pytest
 from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Policy, Reason, Status, Verdict
 from agents_loopguard.ops.approvals import decide
 from agents_loopguard.sdk import run_guarded_sync
-from agents_loopguard.store import SQLStore, Store
+from agents_loopguard.store import SQLStore, Store, TraceEntry
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 sys.path.insert(0, str(WORKERS))
@@ -166,8 +166,6 @@ def test_the_prototypes_policy_keeps_one_task_wide_revision() -> None:
 
 def test_the_store_keeps_each_keys_last_revision(store: Store) -> None:
     """Any key name (SQL wildcards and colons included), its highest revision; a page's own seen keys stay apart."""
-    from agents_loopguard.store import TraceEntry
-
     store.ensure_task("t-keys", Budget(9, 9))
     for key, revision in (("a_b%:c", 2), ("a_b%:c", 5), ("x", 1), ("a_b%:c", 4)):
         store.record_execution("t-keys", TraceEntry(kind="tool", tool="t"), revision=revision, key=(key, revision))
