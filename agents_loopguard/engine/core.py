@@ -114,6 +114,7 @@ class Guard(Metering, Ending, LoopRules, ProgressKeys):
         self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
         self._unverified = 0  # executions in a row that nobody verified (bounded by Policy.max_unverified)
         self._keys: dict[str, int] | None = None  # progress key -> its last revision, read once (engine.progress)
+        self._named: dict[str, str] | None = None  # a write's payload -> the operation id that names it in the task
         self.recent = Recent(self.policy)
         """The calls this guard settled most recently: the repeat, cycle and error-storm rules read them."""
         self.last_good: Any = None
@@ -290,11 +291,8 @@ class Guard(Metering, Ending, LoopRules, ProgressKeys):
             return self._refuse(call, Verdict(Status.STOPPED, Reason.INVALID_CALL, str(exc)), at=at)
         if self.budget.expired(at):
             return self._refuse(call, Verdict(Status.STOPPED, Reason.DEADLINE, "deadline reached"), at=at, fp=fp)
-        if call.kind == "write" and not call.operation_id:
-            verdict = Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
-            return self._refuse(call, verdict, at=at, fp=fp)
-        if (foreign := outside_namespace(call, self.flow)) is not None:  # R18: a flow's writes, or a task's
-            return self._refuse(call, foreign, at=at, fp=fp)
+        if call.kind == "write" and (refused := self._unnamed(call, fp)) is not None:
+            return self._refuse(call, refused, at=at, fp=fp)
         repeated = self.recent.repeat(call, fp)
         if repeated is not None and self._loop_verdict(call, repeated, at=at, fp=fp) is not None:
             return self._refuse(call, repeated, at=at, fp=fp)
@@ -346,6 +344,31 @@ class Guard(Metering, Ending, LoopRules, ProgressKeys):
         if self.observer is not None:
             self._observe("call.authorized", tool=call.tool, kind=call.kind, operation_id=call.operation_id)
         return Ticket(call, proposal, fp, grant.revision, used=grant.used)
+
+    def _unnamed(self, call: Call, fp: str) -> Verdict | None:
+        """The refusal of a write whose operation id names no operation of this task (``None``: it names one): no
+        id, an id in another namespace (R18), or a second id for the same arguments (:meth:`_renamed`)."""
+        if not call.operation_id:
+            return Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
+        return outside_namespace(call, self.flow) or self._renamed(call, fp)
+
+    def _renamed(self, call: Call, fp: str) -> Verdict | None:
+        """R20: a tool's declared ``operation_id(args)`` names each payload (canonical arguments) once in a task; a
+        second id for the same arguments would run the same write twice, so it is refused (``None``: it may go
+        on). The task's ledger is read once per guard, then kept as its writes are reserved."""
+        if not call.named_by_args:
+            return None
+        if self._named is None:
+            self._named = {op.payload: op.operation_id for op in self.store.operations(self.task_id)}
+        named = self._named.setdefault(fp, str(call.operation_id))
+        if named == call.operation_id:
+            return None
+        detail = (
+            f"{call.tool}: operation_id(args) named these arguments {named!r} before and {call.operation_id!r} now: "
+            "an operation id must come from the arguments alone (no time, counter or random part), or the same "
+            "write would run twice"
+        )
+        return Verdict(Status.STOPPED, Reason.OPERATION_CONFLICT, detail, call.operation_id)
 
     def _existing_operation(
         self, call: Call, proposal: Any, fp: str, payload: str, state: OperationState, result: Any

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..values.calls import KINDS, Kind
+from ..values.calls import KINDS, Kind, canonical_args
 from .retry import NO_RETRY, RetryPolicy
 
 __all__ = [
@@ -58,17 +58,24 @@ class ToolSpec:
     def operation_of(self, args: Mapping[str, Any]) -> str | Unnamed | None:
         """The business operation a write with these arguments performs (``None`` for a tool that is not a
         write), or :class:`Unnamed` with why ``operation_id(args)`` could not name it: the one derivation used to
-        reserve the write and to show it in a pause.
+        reserve the write and to show it in a pause. ``operation_id`` gets the arguments in their canonical form
+        (:func:`~agents_loopguard.values.calls.canonical_args`), so the same call names the same operation.
 
-        >>> spec = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['order']}",
+        >>> spec = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['order']}-{a['amount']}",
         ...                     verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"})
-        >>> spec.operation_of({"order": 42}), spec.operation_of({}).why
-        ('refund-42', "KeyError: 'order'")
+        >>> spec.operation_of({"order": 42, "amount": 80.0}), spec.operation_of({"amount": 8e1, "order": 42})
+        ('refund-42-80', 'refund-42-80')
+        >>> spec.operation_of({}).why
+        "KeyError: 'order'"
         """
         if self.kind != "write" or self.operation_id is None:
             return None
         try:
-            derived = self.operation_id(dict(args))
+            canonical = canonical_args(args)
+        except ValueError as exc:  # not JSON data: the call itself is refused as invalid (invalid_call)
+            return Unnamed(f"the arguments are not JSON data ({type(exc).__name__})")
+        try:
+            derived = self.operation_id(canonical)
         except Exception as exc:  # the model's arguments lack what names the operation
             return Unnamed(f"{type(exc).__name__}: {exc}")
         if isinstance(derived, str) and derived:

@@ -97,7 +97,7 @@ class ToolCalls(RunState):
             return Call(tool, args, spec.kind, None, call_id, limit, volatile, key)
         if isinstance(named, Unnamed):
             return self._no_operation(Call(tool, args, "write", None, call_id, limit, volatile, key), named.why)
-        return Call(tool, args, "write", named, call_id, limit, volatile, key)
+        return Call(tool, args, "write", named, call_id, limit, volatile, key, named_by_args=True)
 
     def parse(self, spec: ToolSpec, tool: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | Executed:
         """The model's arguments as a dict, or the refusal the model reads (``invalid_call``); nothing is parsed
