@@ -173,3 +173,29 @@ def test_the_store_keeps_each_keys_last_revision(store: Store) -> None:
     assert progress.seen_before == (False,)
     assert store.progress_keys("t-keys") == {"a_b%:c": 5, "x": 1}
     assert store.progress_keys("t-none") == {}
+
+
+def test_every_way_of_declaring_a_tool_takes_its_progress_key() -> None:
+    """The one declaration (``declare_tool``) behind every adapter's: the SDK's ``guarded_tool``, raw
+    ``GuardedTool``, ADK's ``guarded_tool`` and ``loopguard mcp``'s ``[tools.X]`` carry ``progress_key``; an empty
+    or non-string key is refused with the tool's name."""
+    from agents_loopguard.adk import guarded_tool as adk_tool
+    from agents_loopguard.adk.tools import tool_spec as adk_spec
+    from agents_loopguard.function_calling import GuardedTool
+    from agents_loopguard.mcp.config import ConfigError, parse_config
+    from agents_loopguard.run import declare_tool
+    from agents_loopguard.sdk import guarded_tool, tool_spec
+
+    def search(query: str) -> str:
+        """Search."""
+        return query
+
+    assert tool_spec(guarded_tool(search, progress_key="documents")).progress_key == "documents"  # type: ignore[union-attr]
+    assert GuardedTool("search", search, parameters={}, progress_key="documents").spec.progress_key == "documents"
+    assert adk_spec(adk_tool(search, progress_key="documents")).progress_key == "documents"
+    config = {"upstream": {"command": ["x"]}, "tools": {"search": {"kind": "read", "progress_key": "documents"}}}
+    assert parse_config(config).tools["search"].progress_key == "documents"
+    with pytest.raises(ValueError, match="tool 'search': progress_key must be a non-empty string"):
+        declare_tool("search", progress_key="")
+    with pytest.raises(ConfigError, match=r"\[tools.search\]: .*progress_key"):
+        parse_config({"upstream": {"command": ["x"]}, "tools": {"search": {"progress_key": 7}}})
