@@ -134,7 +134,7 @@ def test_r7_r21_a_cycle_is_cut_before_its_third_pass_with_or_without_verify(peri
         if verified == "none" or (verified == "mixed" and proposal["tool"] != "search"):
             return OK, UNVERIFIED
         seen.add(proposal["tool"])
-        return OK, ev(len(seen))
+        return OK, ev(1)  # each tool's own verify: it found its one thing (its own progress key)
 
     verdict, ran = drive(guard(), block * 10, answer)
     stalls_first = verified == "all" and period >= 3  # three verified results without progress come first
@@ -148,9 +148,9 @@ def test_r7_under_the_prototypes_rules_a_cycle_runs_until_the_stall_count() -> N
     for policy, expected in ((Policy.prototype(), (Reason.NO_PROGRESS, 5)), (Policy(), (Reason.CYCLE, 4))):
         seen: set[str] = set()
 
-        def answer(n: int, proposal: Any, seen: set[str] = seen) -> tuple[Any, Any]:
-            seen.add(proposal["tool"])
-            return OK, ev(len(seen))
+        def answer(n: int, proposal: Any, seen: set[str] = seen, task_wide: bool = policy.task_revision) -> Any:
+            seen.add(proposal["tool"])  # the prototype's one revision for the task; else each tool's own count
+            return OK, ev(len(seen) if task_wide else 1)
 
         verdict, ran = drive(guard(policy), block * 10, answer)
         assert verdict is not None and (verdict.reason, ran) == expected

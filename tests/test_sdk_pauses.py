@@ -81,9 +81,11 @@ def clerk(*steps: Any) -> Agent[Any]:
 BUDGET = Budget(model_turns=6, tool_executions=6)
 
 
-def pause(store: Store, task_id: str = "t1", *turns: list[Any]) -> Any:
+def pause(store: Store, task_id: str = "t1", *turns: list[Any], policy: Policy | None = None) -> Any:
     first = turns or (call("refund", {"order": 5}, "c1"),)
-    outcome = run_guarded_sync(clerk(*first), "refund order 5", budget=BUDGET, store=store, task_id=task_id)
+    outcome = run_guarded_sync(
+        clerk(*first), "refund order 5", budget=BUDGET, store=store, task_id=task_id, policy=policy
+    )
     assert (outcome.status, outcome.reason) == (Status.NEEDS_HUMAN, Reason.APPROVAL)
     assert outcome.pause_id is not None
     return outcome
@@ -273,7 +275,8 @@ def test_the_stop_mark_set_during_a_pause_is_seen_by_the_resume(store: Store) ->
 
 def test_the_async_resume_continues_the_progress_rules_with_the_application_policy(store: Store) -> None:
     before = (call("lookup", {"n": 1}, "c0"), call("lookup", {"n": 1}, "c1"), call("refund", {"order": 5}, "c2"))
-    paused = pause(store, "t1", *before)  # the second read proved nothing: one stalled result before the pause
+    # these verifies report the task's one revision (a page read; the refund's 1): Policy.task_revision
+    paused = pause(store, "t1", *before, policy=Policy(task_revision=True))  # one stalled result before the pause
 
     async def scenario() -> Any:
         return await resume_guarded(
@@ -282,7 +285,7 @@ def test_the_async_resume_continues_the_progress_rules_with_the_application_poli
             store=store,
             who="w",
             decisions={"c2": "approve"},
-            policy=Policy(max_stalled=2),
+            policy=Policy(max_stalled=2, task_revision=True),
         )
 
     resumed = asyncio.run(scenario())
@@ -472,7 +475,8 @@ def test_a_partial_task_is_recovered_and_goes_on_from_its_revision(store: Store)
         store=store,
         task_id="t-partial",
     )
-    assert (done.status, done.used, done.revision) == (Status.COMPLETED, Usage(4, 2), 2)
+    # the task's revision went on from 1: the shipment's own key advanced by 2 (its verify says 2)
+    assert (done.status, done.used, done.revision) == (Status.COMPLETED, Usage(4, 2), 3)
     assert [t.kind for t in store.transitions("t-partial")] == ["recover"]
 
 

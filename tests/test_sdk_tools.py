@@ -113,7 +113,7 @@ def test_bare_decorator_and_sync_timeout_rule_match_function_tool() -> None:
         guarded_tool(timeout=1)(weather)
 
 
-GUARD_KEYWORDS = ["kind", "operation_id", "verify", "max_executions", "retry", "volatile_args", "probe"]
+GUARD_KEYWORDS = ["kind", "operation_id", "verify", "max_executions", "retry", "volatile_args", "probe", "progress_key"]
 
 
 def _normalized(tp: Any) -> Any:

@@ -66,6 +66,7 @@ def guarded_tool(
     require_confirmation: bool | Callable[..., bool] = False,
     volatile_args: tuple[str, ...] = (),
     probe: Probe | None = None,
+    progress_key: str | None = None,
 ) -> GuardedFunctionTool:
     """``FunctionTool(func, require_confirmation=...)`` with its guard declaration (the same rules as every
     adapter's, :func:`~agents_loopguard.run.declare_tool`): a write needs ``operation_id`` and ``verify``, and may
@@ -83,7 +84,7 @@ def guarded_tool(
     """
     name = getattr(func, "__name__", "tool")
     given = kind is not None or operation_id is not None or verify is not None or max_executions is not None
-    given = given or bool(volatile_args) or probe is not None
+    given = given or bool(volatile_args) or probe is not None or progress_key is not None
     spec = UNDECLARED
     if given or retry is not NO_RETRY:
         spec = declare_tool(
@@ -95,6 +96,7 @@ def guarded_tool(
             max_executions=max_executions,
             volatile_args=volatile_args,
             probe=probe,
+            progress_key=progress_key,
         )
     return GuardedFunctionTool(func, spec, require_confirmation=require_confirmation)
 

@@ -51,6 +51,7 @@ from .ending import Ending
 from .loops import LoopRules, transient
 from .metering import Metering
 from .probing import Probing
+from .progress import KeyStep, ProgressKeys
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
@@ -65,7 +66,7 @@ logger = logging.getLogger("agents_loopguard")
 """Guard decisions as standard logging records; each carries ``task_id`` (and ``reason``, ``status``, ``tool``)."""
 
 
-class Guard(Metering, Ending, LoopRules, Probing):
+class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
     """The guard of one task: reserve before every call, decide from verified evidence, end with one Outcome.
 
     >>> from agents_loopguard import Budget
@@ -114,6 +115,8 @@ class Guard(Metering, Ending, LoopRules, Probing):
         self._redacted_args: dict[str, Any] = {}  # fingerprint -> redacted args: a loop repeats the same call
         self._transient: dict[str, int] = {}  # fingerprint@revision -> attempts that failed transiently, no effect
         self._unverified = 0  # executions in a row that nobody verified (bounded by Policy.max_unverified)
+        self._keys: dict[str, int] | None = None  # progress key -> its last revision, read once (engine.progress)
+        self._named: dict[str, str] | None = None  # a write's payload -> the operation id that names it in the task
         self.recent = Recent(self.policy)
         """The calls this guard settled most recently: the repeat, cycle and error-storm rules read them."""
         self.last_good: Any = None
@@ -216,7 +219,7 @@ class Guard(Metering, Ending, LoopRules, Probing):
         )
         return verdict
 
-    def _unnamed(self, write: Call) -> tuple[Call, Verdict] | None:
+    def _leaked(self, write: Call) -> tuple[Call, Verdict] | None:
         """A write without an operation id, or whose id holds a credential (refused and never recorded: see
         :func:`~agents_loopguard.values.canonical.operation_id_problem`): the call to trace and the verdict."""
         if not write.operation_id:
@@ -300,10 +303,10 @@ class Guard(Metering, Ending, LoopRules, Probing):
             return self._refuse(call, Verdict(Status.STOPPED, Reason.INVALID_CALL, str(exc)), at=at)
         if self.budget.expired(at):
             return self._refuse(call, Verdict(Status.STOPPED, Reason.DEADLINE, "deadline reached"), at=at, fp=fp)
-        if call.kind == "write" and (unnamed := self._unnamed(call)) is not None:
-            return self._refuse(*unnamed, at=at, fp=fp)
-        if (foreign := outside_namespace(call, self.flow)) is not None:  # R18: a flow's writes, or a task's
-            return self._refuse(call, foreign, at=at, fp=fp)
+        if call.kind == "write" and (leaked := self._leaked(call)) is not None:
+            return self._refuse(*leaked, at=at, fp=fp)
+        if call.kind == "write" and (refused := self._unnamed(call, fp)) is not None:
+            return self._refuse(call, refused, at=at, fp=fp)
         repeated = self.recent.repeat(call, fp)
         if repeated is not None and self._loop_verdict(call, repeated, at=at, fp=fp) is not None:
             return self._refuse(call, repeated, at=at, fp=fp)
@@ -355,6 +358,31 @@ class Guard(Metering, Ending, LoopRules, Probing):
         if self.observer is not None:
             self._observe("call.authorized", tool=call.tool, kind=call.kind, operation_id=call.operation_id)
         return Ticket(call, proposal, fp, grant.revision, used=grant.used)
+
+    def _unnamed(self, call: Call, fp: str) -> Verdict | None:
+        """The refusal of a write whose operation id names no operation of this task (``None``: it names one): no
+        id, an id in another namespace (R18), or a second id for the same arguments (:meth:`_renamed`)."""
+        if not call.operation_id:
+            return Verdict(Status.STOPPED, Reason.MISSING_OPERATION_ID, "a write needs a business operation id")
+        return outside_namespace(call, self.flow) or self._renamed(call, fp)
+
+    def _renamed(self, call: Call, fp: str) -> Verdict | None:
+        """R20: a tool's declared ``operation_id(args)`` names each payload (canonical arguments) once in a task; a
+        second id for the same arguments would run the same write twice, so it is refused (``None``: it may go
+        on). The task's ledger is read once per guard, then kept as its writes are reserved."""
+        if not call.named_by_args:
+            return None
+        if self._named is None:
+            self._named = {op.payload: op.operation_id for op in self.store.operations(self.task_id)}
+        named = self._named.setdefault(fp, str(call.operation_id))
+        if named == call.operation_id:
+            return None
+        detail = (
+            f"{call.tool}: operation_id(args) named these arguments {named!r} before and {call.operation_id!r} now: "
+            "an operation id must come from the arguments alone (no time, counter or random part), or the same "
+            "write would run twice"
+        )
+        return Verdict(Status.STOPPED, Reason.OPERATION_CONFLICT, detail, call.operation_id)
 
     def _existing_operation(
         self, call: Call, proposal: Any, fp: str, payload: str, state: OperationState, result: Any
@@ -456,7 +484,8 @@ class Guard(Metering, Ending, LoopRules, Probing):
         args = next((a for a in reserved if isinstance(a, dict)), {})  # as reserved (already redacted)
         call = Call(record.tool, args, kind="write", operation_id=operation_id)
         committed = effect == "committed"
-        evidence = {"revision": self.revision + int(committed), "done": committed and done, "effect": effect}
+        revision = self.progress_revision(call) + int(committed)
+        evidence = {"revision": revision, "done": committed and done, "effect": effect}
         result = {"status": "ok" if ok else "retryable", "output": output}
         return self.settle(Ticket(call, call, record.payload, self.revision), result, evidence=evidence)
 
@@ -469,10 +498,10 @@ class Guard(Metering, Ending, LoopRules, Probing):
         status, proof = judged
         at = self._now()
         early = self._early_end(status, at)
-        progress = self._record(ticket, result, status, proof, early=early, at=at)
+        progress, step = self._record(ticket, result, status, proof, early=early, at=at)
         if early is not None:
             return early
-        return self._decide(ticket, result, status, proof, progress)
+        return self._decide(ticket, result, status, proof, progress, step)
 
     def _judge(
         self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any
@@ -498,9 +527,10 @@ class Guard(Metering, Ending, LoopRules, Probing):
                 evidence = verify(ticket.proposal, result)
             except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
                 evidence = VerifyFailed(exc)
+        current = self.progress_revision(call, ticket)  # its progress key's last revision (engine.progress)
         if evidence is UNVERIFIED and not write:
-            return status, Evidence(revision=ticket.revision, done=False, effect=Effect.NONE, verified=False)
-        proof = parse_evidence(evidence, status=status, current_revision=ticket.revision)
+            return status, Evidence(revision=current, done=False, effect=Effect.NONE, verified=False)
+        proof = parse_evidence(evidence, status=status, current_revision=current, key=self._key_detail(ticket))
         if isinstance(proof, str):
             self._trace_only(ticket, "invalid_evidence")
             return Verdict(lost, Reason.INVALID_EVIDENCE, proof, op_id)
@@ -530,8 +560,9 @@ class Guard(Metering, Ending, LoopRules, Probing):
 
     def _record(
         self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, *, early: Verdict | None, at: float
-    ) -> Progress:
-        """Step 2: one store step records the trace, the write's ledger state and the progress."""
+    ) -> tuple[Progress, KeyStep]:
+        """Step 2: one store step records the trace, the write's ledger state and the progress (its progress key's
+        new revision, and the task's)."""
         call = ticket.call
         write = call.kind == "write"
         op_id = call.operation_id if write else None
@@ -543,8 +574,9 @@ class Guard(Metering, Ending, LoopRules, Probing):
         pending = proof.pending and call.kind == "poll"
         # a transient failure without effect is a retry, not a stall (Policy.retry_transient)
         retry = status is ResultStatus.RETRYABLE and self.policy.retry_transient and transient(status, proof)
-        retry = retry and proof.revision <= ticket.revision
+        retry = retry and proof.revision <= self.progress_revision(call, ticket)
         # a pending poll is no stall; an unverified read records no progress at all
+        step = self._key_step(ticket, proof, record=early is None and proof.verified and not retry)
         progress = self.store.record_execution(
             self.task_id,
             self._trace(
@@ -554,16 +586,18 @@ class Guard(Metering, Ending, LoopRules, Probing):
                 fp=ticket.fingerprint,
                 state=str(proof.effect) if write else None,
             ),
-            revision=None if early or not proof.verified or retry else proof.revision,
+            revision=step.task_revision,
             pending=pending,
             operation=operation,
             seen=seen,
+            key=step.stored,
         )
         self.used = progress.used
-        return progress
+        self._key_recorded(step, proof)
+        return progress, step
 
     def _decide(
-        self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, progress: Progress
+        self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, progress: Progress, step: KeyStep
     ) -> Verdict | None:
         """Step 3: the progress rules on what was recorded: done, a retry after a commit, then the loop rules."""
         call = ticket.call
@@ -582,7 +616,7 @@ class Guard(Metering, Ending, LoopRules, Probing):
                 "a retryable failure of a write that committed: do not send it again",
                 call.operation_id,
             )
-        return self._loop_rules(ticket, proof, progress, failed=transient(status, proof))
+        return self._loop_rules(ticket, proof, progress, failed=transient(status, proof), advanced=step.advanced)
 
 
 def _result_class(ticket: Ticket, status: ResultStatus, proof: Evidence, pending: bool) -> str:

@@ -71,15 +71,17 @@ class LoopRules:
             self, call: Call | None, result_class: str, *, at: float, fp: str | None = None, state: str | None = None
         ) -> TraceEntry: ...
 
-    def _loop_rules(self, ticket: Ticket, proof: Evidence, progress: Progress, *, failed: bool) -> Verdict | None:
-        """The loop rules on a recorded result (an error storm, a pagination cycle, no progress): the first
-        verdict, enforced; in shadow mode each one recorded, and ``None``."""
+    def _loop_rules(
+        self, ticket: Ticket, proof: Evidence, progress: Progress, *, failed: bool, advanced: bool
+    ) -> Verdict | None:
+        """The loop rules on a recorded result (an error storm, a pagination cycle, no progress), ``advanced`` when
+        the result moved its own progress key: the first verdict, enforced; in shadow mode each one recorded, and
+        ``None``."""
         call = ticket.call
         if failed:  # a transient failure without effect: one more run of the call is allowed (see authorize)
             key = f"{ticket.fingerprint}@{self.revision}"
             self._transient[key] = self._transient.get(key, 0) + 1
         self._unverified = 0 if proof.verified else self._unverified + 1
-        advanced = progress.revision > ticket.revision
         storm = self.recent.settled(call, ticket.fingerprint, advanced=advanced, failed=failed)
         cycle = _page_cycle(proof, progress) if call.kind == "page" else None
         stall = self._stalled(progress)

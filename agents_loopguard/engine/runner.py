@@ -7,6 +7,7 @@ prototype).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -36,7 +37,9 @@ def create_runner(
     """The article's synchronous runner: ``run(proposals) -> Outcome``, built on :class:`Guard`.
 
     Each proposal reserves one model turn, then goes through the guard; ``execute(proposal)`` runs only when the
-    guard allows it, and ``verify(proposal, result)`` decides progress. A finished runner returns the same outcome.
+    guard allows it, and ``verify(proposal, result)`` decides progress: one verify for every call, so it reports the
+    task's one revision (``Policy.task_revision``; a proposal's own ``progress_key`` still counts apart). A finished
+    runner returns the same outcome.
     ``store`` is where the task lives (default: a new :class:`~agents_loopguard.store.memory.MemoryStore`);
     ``ledger`` is its deprecated old name (a :class:`DeprecationWarning`; passing both is a ``TypeError``).
 
@@ -69,7 +72,7 @@ def create_runner(
         budget=budget,
         store=store,
         task_id=task_id,
-        policy=policy,
+        policy=dataclasses.replace(policy or Policy(), task_revision=True),  # one verify: the task's one revision
         clock=now,
         initial_revision=initial_revision,
         secrets=secrets,

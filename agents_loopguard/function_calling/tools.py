@@ -66,10 +66,13 @@ class GuardedTool:
     probe: Probe | None = None
     """For a write: ``(operation_id, args) -> committed(result) | NOT_COMMITTED | UNKNOWN``, a read-only question to
     the receiver, asked when the write's answer was lost (:mod:`~agents_loopguard.values.probes`)."""
+    progress_key: str | None = None
+    """Whose revision ``verify`` reports (``None``: the tool's own); tools that count the same thing share a key."""
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The guard's declaration of this tool (checked when the tool is made); a tool made without ``kind``,
-    ``operation_id``, ``verify``, ``retry``, ``max_executions``, ``volatile_args`` or ``probe`` declares nothing, and a
-    declaration by name (``options=RunOptions(tools={name: declare_tool(...)})``) applies to it."""
+    ``operation_id``, ``verify``, ``retry``, ``max_executions``, ``volatile_args``, ``probe`` or ``progress_key``
+    declares nothing, and a declaration by name (``options=RunOptions(tools={name: declare_tool(...)})``) applies
+    to it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -79,7 +82,9 @@ class GuardedTool:
         if not isinstance(self.parameters, Mapping):
             raise TypeError(f"tool {self.name!r}: parameters must be a JSON schema object (a mapping)")
         says = (self.kind, self.operation_id, self.verify, self.retry, self.max_executions, self.volatile_args)
-        if says == ("read", None, None, RetryPolicy(), None, ()) and self.probe is None:  # declares nothing
+        if (
+            says == ("read", None, None, RetryPolicy(), None, ()) and self.probe is None and self.progress_key is None
+        ):  # declares nothing: RunOptions.tools may
             spec = UNDECLARED
         else:
             spec = declare_tool(
@@ -91,6 +96,7 @@ class GuardedTool:
                 max_executions=self.max_executions,
                 volatile_args=self.volatile_args,
                 probe=self.probe,
+                progress_key=self.progress_key,
             )
         object.__setattr__(self, "spec", spec)
 

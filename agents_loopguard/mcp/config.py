@@ -50,7 +50,7 @@ from .verify import canonical_operation_id, result_verify, templated_operation_i
 __all__ = ["ConfigError", "ProxyConfig", "TaskRule", "Upstream", "load_config", "parse_config"]
 
 TaskBy = Literal["session", "header", "argument", "fixed"]
-_TOOL_KEYS = {"kind", "operation_id", "verify", "max_executions", "approval", "probe"}
+_TOOL_KEYS = {"kind", "operation_id", "verify", "max_executions", "approval", "probe", "progress_key"}
 
 
 class ConfigError(InputError):
@@ -242,6 +242,7 @@ def _tool(name: str, entry: dict[str, Any]) -> ToolSpec:
             verify=_verify(name, verify),
             max_executions=_count(entry, f"tools.{name}", "max_executions"),
             probe=_function(name, "probe", entry["probe"]) if "probe" in entry else None,
+            progress_key=entry.get("progress_key"),
         )
     except ValueError as exc:
         raise ConfigError(f"[tools.{name}]: {exc}") from None

@@ -190,7 +190,9 @@ class GuardedProxy:
             return self._answer(run, call)
         spec = judged
         if spec.verify is result_verify:  # verify = "result": the evidence is relative to the task's revision
-            spec = dataclasses.replace(spec, verify=lambda _a, out: result_evidence(out, revision=run.guard.revision))
+            spec = dataclasses.replace(
+                spec, verify=lambda _a, out: result_evidence(out, revision=run.guard.progress_revision(call))
+            )
         return self._answer(run, await adrive(run.execute(spec, call), self._perform(name, arguments)))
 
     def _unreadable(self, ctx: Any, why: str, tool: Any) -> types.CallToolResult:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.core import Guard
+from ..engine.progress import TASK_KEY
 from ..store.base import Store, TaskSnapshot, TraceEntry, operator_text
 from ..store.memory import MemoryStore
 from ..store.queries import TaskQuery, TransitionQuery
@@ -224,7 +225,9 @@ def replay(case: Case, policy: Policy) -> tuple[int, str] | None:
     for index, step in enumerate(case.steps):
         clock[0] = step.at
         op = f"replay:{step.operation_id}" if step.kind == "write" else None
-        ticket = guard.authorize(Call(step.tool, {"call": step.fingerprint}, step.kind, op))  # type: ignore[arg-type]
+        # the trace keeps the task's revision: the replay's evidence reports it, so every call shares the task's key
+        call = Call(step.tool, {"call": step.fingerprint}, step.kind, op, progress_key=TASK_KEY)  # type: ignore[arg-type]
+        ticket = guard.authorize(call)
         if isinstance(ticket, Verdict):
             return (index, str(ticket.reason)) if ticket.reason in LOOP_REASONS else None
         if step.result == "refused":  # the recorded run ended here; what it would have returned is unknown

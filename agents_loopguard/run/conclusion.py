@@ -203,7 +203,7 @@ def final_verdict(run: GuardedRun, output: Any, answer: Answer | None, *, tools_
 def _output_done(run: GuardedRun, raw: Any) -> bool | Verdict:
     if isinstance(raw, bool):
         return raw
-    evidence = parse_evidence(raw, status=ResultStatus.OK, current_revision=run.guard.revision)
+    evidence = parse_evidence(raw, status=ResultStatus.OK, current_revision=run.guard.output_revision())
     if isinstance(evidence, str):
         return Verdict(Status.STOPPED, Reason.INVALID_EVIDENCE, f"verify_output: {evidence}")
     return evidence.done

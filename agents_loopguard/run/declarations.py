@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..values.arguments import ArgumentsRefused, arguments_problem, load_arguments
-from ..values.calls import KINDS, Kind
+from ..values.calls import KINDS, Kind, canonical_args
 from ..values.probes import Probe
 from .retry import NO_RETRY, RetryPolicy
 
@@ -54,21 +54,32 @@ class ToolSpec:
     probe: Probe | None = None
     """For a write: ``probe(operation_id, args)`` asks the receiving system, read-only, whether it holds the write
     (:mod:`~agents_loopguard.values.probes`); the guard calls it when the write's answer was lost."""
+    progress_key: str | None = None
+    """Whose revision ``verify`` reports (``None``: the tool's own): tools whose verifies count the same thing
+    declare the same key; each key's revision is compared only with its own last one
+    (:mod:`~agents_loopguard.engine.progress`)."""
 
     def operation_of(self, args: Mapping[str, Any]) -> str | Unnamed | None:
         """The business operation a write with these arguments performs (``None`` for a tool that is not a
         write), or :class:`Unnamed` with why ``operation_id(args)`` could not name it: the one derivation used to
-        reserve the write and to show it in a pause.
+        reserve the write and to show it in a pause. ``operation_id`` gets the arguments in their canonical form
+        (:func:`~agents_loopguard.values.calls.canonical_args`), so the same call names the same operation.
 
-        >>> spec = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['order']}",
+        >>> spec = declare_tool("refund", kind="write", operation_id=lambda a: f"refund-{a['order']}-{a['amount']}",
         ...                     verify=lambda a, out: {"revision": 1, "done": True, "effect": "committed"})
-        >>> spec.operation_of({"order": 42}), spec.operation_of({}).why
-        ('refund-42', "KeyError: 'order'")
+        >>> spec.operation_of({"order": 42, "amount": 80.0}), spec.operation_of({"amount": 8e1, "order": 42})
+        ('refund-42-80', 'refund-42-80')
+        >>> spec.operation_of({}).why
+        "KeyError: 'order'"
         """
         if self.kind != "write" or self.operation_id is None:
             return None
         try:
-            derived = self.operation_id(dict(args))
+            canonical = canonical_args(args)
+        except ValueError as exc:  # not JSON data: the call itself is refused as invalid (invalid_call)
+            return Unnamed(f"the arguments are not JSON data ({type(exc).__name__})")
+        try:
+            derived = self.operation_id(canonical)
         except Exception as exc:  # the model's arguments lack what names the operation
             return Unnamed(f"{type(exc).__name__}: {exc}")
         if isinstance(derived, str) and derived:
@@ -94,10 +105,12 @@ def declare_tool(
     max_executions: int | None = None,
     volatile_args: tuple[str, ...] | list[str] = (),
     probe: Probe | None = None,
+    progress_key: str | None = None,
 ) -> ToolSpec:
     """Check a tool's guard declaration and return its :class:`ToolSpec` (the same rules for every adapter).
 
-    ``volatile_args`` names the arguments that are no part of the action (:attr:`ToolSpec.volatile_args`):
+    ``volatile_args`` names the arguments that are no part of the action (:attr:`ToolSpec.volatile_args`);
+    ``progress_key`` whose revision ``verify`` reports (:attr:`ToolSpec.progress_key`; default the tool's own):
 
     >>> declare_tool("search", volatile_args=("requested_at",)).volatile_args
     ('requested_at',)
@@ -135,6 +148,8 @@ def declare_tool(
         raise ValueError(f"tool {name!r}: max_executions must be an int >= 0 or None, got {max_executions!r}")
     if isinstance(volatile_args, str) or not all(isinstance(a, str) and a for a in volatile_args):
         raise ValueError(f"tool {name!r}: volatile_args must be a tuple of argument names, got {volatile_args!r}")
+    if progress_key is not None and (not isinstance(progress_key, str) or not progress_key):
+        raise ValueError(f"tool {name!r}: progress_key must be a non-empty string or None, got {progress_key!r}")
     return ToolSpec(
         kind=kind,
         operation_id=operation_id,
@@ -143,6 +158,7 @@ def declare_tool(
         max_executions=max_executions,
         volatile_args=tuple(volatile_args),
         probe=probe,
+        progress_key=progress_key,
     )
 
 

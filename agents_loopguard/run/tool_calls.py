@@ -86,13 +86,13 @@ class ToolCalls(RunState):
         problem = check(args) if check is not None else None
         if problem is not None:
             return self.refuse_invalid(tool, spec.kind, problem)
-        limit, volatile = spec.max_executions, spec.volatile_args
+        limit, volatile, key = spec.max_executions, spec.volatile_args, spec.progress_key
         named = spec.operation_of(args)
         if named is None:
-            return Call(tool, args, spec.kind, None, call_id, limit, volatile)
+            return Call(tool, args, spec.kind, None, call_id, limit, volatile, key)
         if isinstance(named, Unnamed):
-            return self._no_operation(Call(tool, args, "write", None, call_id, limit, volatile), named.why)
-        return Call(tool, args, "write", named, call_id, limit, volatile)
+            return self._no_operation(Call(tool, args, "write", None, call_id, limit, volatile, key), named.why)
+        return Call(tool, args, "write", named, call_id, limit, volatile, key, named_by_args=True)
 
     def parse(self, spec: ToolSpec, tool: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | Executed:
         """The model's arguments as a dict, or the refusal the model reads (``invalid_call``); nothing is parsed
@@ -374,7 +374,7 @@ class ToolCalls(RunState):
         """The evidence of one attempt: the application's verify (a :class:`Check` effect), or, without one (or
         for a failed read), evidence that proves no progress."""
         if failed and spec.kind != "write":  # a failed read changed nothing, verified by the failure itself
-            return Evidence(revision=ticket.revision, done=False, effect=Effect.NONE)
+            return Evidence(revision=self.guard.progress_revision(ticket.call, ticket), done=False, effect=Effect.NONE)
         if spec.verify is None:
             return UNVERIFIED
         answer = yield Check(spec.verify, (dict(ticket.call.args), output))

@@ -317,6 +317,7 @@ def guarded_tool(
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
     probe: Probe | None = None,
+    progress_key: str | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool: ...
 
@@ -333,6 +334,7 @@ def guarded_tool(
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
     probe: Probe | None = None,
+    progress_key: str | None = None,
     **function_tool_options: Any,
 ) -> Callable[[ToolFunction[...]], FunctionTool]: ...
 
@@ -349,6 +351,7 @@ def guarded_tool(
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
     probe: Probe | None = None,
+    progress_key: str | None = None,
     **function_tool_options: Any,
 ) -> FunctionTool | Callable[[ToolFunction[...]], FunctionTool]:
     """``@function_tool`` with a guard declaration: the guard's declaration, and every ``function_tool`` keyword
@@ -372,6 +375,8 @@ def guarded_tool(
         probe: for writes: ``probe(operation_id, args)`` (sync or async), a read-only question to the receiver by
             the operation's stable id, asked when the write's answer was lost: ``committed(result)``,
             ``NOT_COMMITTED`` or ``UNKNOWN`` (:mod:`agents_loopguard.values.probes`).
+        progress_key: whose revision ``verify`` reports (default: the tool's own); tools whose verifies count the
+            same thing share a key. Each key's revision is compared only with its own last one.
         **function_tool_options: ``function_tool``'s own keywords. ``failure_error_function``: not given, the SDK's
             default message; ``None``, the body's exception is raised and the run ends with the failure the guard
             recorded. It is read from the tool at call time, so ``dataclasses.replace(tool, ...)`` with another
@@ -393,7 +398,7 @@ def guarded_tool(
     if isinstance(func, ToolSpec):  # @guarded_tool(spec, ...): the declaration came first
         func, declaration = None, func
     fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify, "retry": retry}
-    fields.update(max_executions=max_executions, volatile_args=volatile_args, probe=probe)
+    fields.update(max_executions=max_executions, volatile_args=volatile_args, probe=probe, progress_key=progress_key)
 
     def decorate(the_func: ToolFunction[...]) -> FunctionTool:
         name = function_tool_options.get("name_override") or str(getattr(the_func, "__name__", "tool"))
@@ -419,6 +424,7 @@ def _declared(name: str, declaration: ToolSpec | None, fields: dict[str, Any]) -
         "max_executions": base.max_executions,
         "volatile_args": base.volatile_args,
         "probe": base.probe,
+        "progress_key": base.progress_key,
         **given,
     }
     return declare_tool(name, **merged)
@@ -463,6 +469,7 @@ def guard_tool(
     retry: RetryPolicy | None = None,
     volatile_args: tuple[str, ...] | None = None,
     probe: Probe | None = None,
+    progress_key: str | None = None,
 ) -> FunctionTool:
     """Guard a ``FunctionTool`` that already exists (made by ``function_tool``, ``agent.as_tool()``, by hand...).
 
@@ -481,7 +488,7 @@ def guard_tool(
     5
     """
     fields: dict[str, Any] = {"kind": kind, "operation_id": operation_id, "verify": verify}
-    fields.update(max_executions=max_executions, volatile_args=volatile_args, probe=probe)
+    fields.update(max_executions=max_executions, volatile_args=volatile_args, probe=probe, progress_key=progress_key)
     return _guard(tool, _declared(tool.name, declaration, {**fields, "retry": retry}))
 
 

@@ -234,14 +234,20 @@ class Store(Queries, abc.ABC):
         pending: bool = False,
         operation: tuple[str, OperationState, Any] | None = None,
         seen: Sequence[str] = (),
+        key: tuple[str, int] | None = None,
     ) -> Progress:
         """Record a result in one step: the trace entry, the ledger state of its write, and the progress.
 
         ``revision`` None records no progress (the run is ending before the progress rule applies). Otherwise the
         revision is raised to ``max(current, revision)``; the stall count resets when it advanced, stays when the
         poll was ``pending``, and grows by one otherwise. ``seen`` keys (cursors, record ids) are remembered and
-        reported as seen before or not.
+        reported as seen before or not. ``key`` is a progress key and its new revision (:meth:`progress_keys`).
         """
+
+    @abc.abstractmethod
+    def progress_keys(self, task_id: str) -> dict[str, int]:
+        """Each progress key of the task with its last (highest) revision, as :meth:`record_execution` recorded them
+        (an unknown task has none; see :mod:`~agents_loopguard.engine.progress`)."""
 
     @abc.abstractmethod
     def begin_step(self, task_id: str, key: str, *, now: float = 0.0) -> StepRecord:

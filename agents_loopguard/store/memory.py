@@ -80,6 +80,8 @@ class _Task:
     repeats: dict[str, tuple[int, float]] = field(default_factory=dict)
     """fingerprint -> (executions, first_at) at the current revision only (older revisions are never read again)."""
     seen: set[str] = field(default_factory=set)
+    keys: dict[str, int] = field(default_factory=dict)
+    """progress key -> its last revision (one entry a key: the older ones are never read again)."""
     tool_runs: dict[str, int] = field(default_factory=dict)
     """tool -> executions in the task (counted for the reservations that name a ``tool_limit``)."""
     family: str = ""
@@ -396,9 +398,12 @@ class MemoryStore(MemoryQueries, Store):
         pending: bool = False,
         operation: tuple[str, OperationState, Any] | None = None,
         seen: Sequence[str] = (),
+        key: tuple[str, int] | None = None,
     ) -> Progress:
         with self._lock:
             task = self._task(task_id)
+            if key is not None:
+                task.keys[key[0]] = max(task.keys.get(key[0], 0), key[1])
             if operation is not None:
                 op_id, state, result = operation
                 old = self._operations.get(op_id)
@@ -416,6 +421,11 @@ class MemoryStore(MemoryQueries, Store):
             task.append(entry)
             task.updated_at = entry.at
             return Progress(task.revision, task.stalled, seen_before, task.used)
+
+    def progress_keys(self, task_id: str) -> dict[str, int]:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return dict(task.keys) if task is not None else {}
 
     def begin_step(self, task_id: str, key: str, *, now: float = 0.0) -> StepRecord:
         with self._lock:

@@ -140,6 +140,11 @@ class Policy:
     max_probes: int = 2
     """Probes of the receiver about one write whose answer was lost (a tool's ``probe``, R20), each reserved like a
     tool execution; one that answers ``unknown`` or fails is asked again up to this many times. 0: never probe."""
+    task_revision: bool = False
+    """False (the default): each tool's ``verify`` reports the revision of its own progress key (the tool's name, or
+    the ``progress_key`` it declares), compared only with that key's last one, so independent verifies compose. True:
+    the article's one revision for the whole task, which every verify without a ``progress_key`` reports (it must
+    know what every other tool counted). See :mod:`~agents_loopguard.engine.progress`."""
     shadow: bool | tuple[str, ...] = False
     """Shadow mode: every loop rule is evaluated and each would-be verdict recorded (the trace, ``loopguard show``,
     the console, the metrics), and nothing is refused for it. True for every task, or the task families it names
@@ -157,8 +162,9 @@ class Policy:
                 raise ValueError(f"Policy.{name} must be an int >= 0 (0: off), got {value!r}")
         if self.max_wait is not None and not (math.isfinite(self.max_wait) and self.max_wait >= 0):
             raise ValueError(f"Policy.max_wait must be a non-negative number or None, got {self.max_wait!r}")
-        if not isinstance(self.retry_transient, bool):
-            raise ValueError(f"Policy.retry_transient must be a bool, got {self.retry_transient!r}")
+        for name in ("retry_transient", "task_revision"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Policy.{name} must be a bool, got {getattr(self, name)!r}")
         shadow = self.shadow
         if isinstance(shadow, list):
             object.__setattr__(self, "shadow", shadow := tuple(shadow))
@@ -170,12 +176,15 @@ class Policy:
     @classmethod
     def prototype(cls) -> Policy:
         """The article's prototype's rules, exactly: two executions per call and revision, three results without
-        progress, no cycle or error-storm rule, a transient failure counted like any result.
+        progress, no cycle or error-storm rule, a transient failure counted like any result, one revision for the
+        whole task.
 
-        >>> Policy.prototype().retry_transient
-        False
+        >>> Policy.prototype().retry_transient, Policy.prototype().task_revision
+        (False, True)
         """
-        return cls(max_same_call=2, max_stalled=3, max_cycle=0, max_failures=0, retry_transient=False)
+        return cls(
+            max_same_call=2, max_stalled=3, max_cycle=0, max_failures=0, retry_transient=False, task_revision=True
+        )
 
     def shadows(self, family: str, environment: str | None = None) -> bool:
         """True when the loop rules only record their verdicts for a task of ``family`` (the task's family,

@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .canonical import canonical_json
 from .outcome import Reason, Status, Usage
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "Kind",
     "Ticket",
     "Verdict",
+    "canonical_args",
     "flow_operation_id",
     "outside_namespace",
     "parse_call",
@@ -56,6 +59,13 @@ class Call:
     """Top-level arguments the tool declares as no part of the action (a timestamp, a request id): left out of the
     call's identity, so near-duplicates are the same call; kept in the trace and passed to the tool. Never a field
     that changes the meaning (a customer id, an amount). Comes from the tool's declaration, never from the model."""
+    progress_key: str | None = None
+    """Whose revision the call's ``verify`` reports (``None``: the tool's own, or the task's with
+    :attr:`~agents_loopguard.values.budget.Policy.task_revision`): each key's revision is compared only with its own
+    last one (see :mod:`~agents_loopguard.engine.progress`). Comes from the tool's declaration."""
+    named_by_args: bool = False
+    """True when :attr:`operation_id` was derived from the canonical arguments by the tool's declared
+    ``operation_id(args)``: the guard then refuses a second id for the same arguments in one task (R20)."""
 
     def identity(self) -> Mapping[str, Any]:
         """The arguments that name the action: :attr:`args` without the :attr:`volatile` ones.
@@ -83,11 +93,15 @@ def parse_call(proposal: Any) -> Call | str:
         fields = (proposal.tool, proposal.args, proposal.kind, proposal.operation_id, proposal.call_id)
         limit: Any = proposal.max_executions
         volatile: Any = proposal.volatile
+        key: Any = proposal.progress_key
+        named: bool = proposal.named_by_args
     elif isinstance(proposal, Mapping):
         op = proposal.get("operation_id", proposal.get("operationId"))
         fields = (proposal.get("tool"), proposal.get("args"), proposal.get("kind"), op, proposal.get("call_id"))
         limit = proposal.get("max_executions")
         volatile = proposal.get("volatile", ())
+        key = proposal.get("progress_key")
+        named = False  # an id given with the proposal is the caller's own, not derived by a declaration
     else:
         return f"proposal {type(proposal).__name__} is not a mapping"
     tool, args, kind, op, call_id = fields
@@ -101,6 +115,8 @@ def parse_call(proposal: Any) -> Call | str:
         return f"max_executions {limit!r} is not an int >= 0"
     if volatile and (not isinstance(volatile, (list, tuple)) or not all(isinstance(v, str) for v in volatile)):
         return f"volatile {type(volatile).__name__} is not a list of argument names"
+    if key is not None and (not isinstance(key, str) or not key):
+        return f"progress_key {type(key).__name__} is not a non-empty string"
     return Call(
         tool,
         args,
@@ -109,6 +125,8 @@ def parse_call(proposal: Any) -> Call | str:
         call_id if isinstance(call_id, str) else None,
         limit,
         tuple(volatile) if volatile else (),
+        key,
+        named,
     )
 
 
@@ -142,6 +160,18 @@ class Ticket:
     """True for a committed write: do not execute; return :attr:`result`."""
     result: Any = None
     used: Usage = field(default_factory=Usage)
+
+
+def canonical_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments as their canonical JSON (RFC 8785) reads back: what a declared ``operation_id(args)`` gets, so
+    arguments that are the same call name the same operation (key order, ``80`` / ``80.0`` / ``8e1``). Raises
+    :class:`~agents_loopguard.values.canonical.CanonicalError` for values JSON cannot carry.
+
+    >>> canonical_args({"amount": 80.0, "order": "A-17"}), canonical_args({"order": "A-17", "amount": 8e1})
+    ({'amount': 80, 'order': 'A-17'}, {'amount': 80, 'order': 'A-17'})
+    """
+    parsed: dict[str, Any] = json.loads(canonical_json(args))
+    return parsed
 
 
 def flow_operation_id(flow: str, operation_id: str) -> str:

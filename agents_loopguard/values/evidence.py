@@ -173,10 +173,11 @@ def describe(value: Any) -> str:
     return f"{article} {name} of {size} item{'s' if size != 1 else ''}"
 
 
-def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> Evidence | str:
+def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int, key: str | None = None) -> Evidence | str:
     """Validate what ``verify`` returned; return :class:`Evidence` or a short explanation of why it is invalid.
 
-    The explanation names a bad value by its type and size (:func:`describe`), never by its content.
+    ``current_revision`` is the last revision of the verify's progress key (``key``, named in the explanation). The
+    explanation names a bad value by its type and size (:func:`describe`), never by its content.
 
     >>> parse_evidence({"revision": 2, "done": False, "effect": "none"}, status=ResultStatus.OK, current_revision=1)
     Evidence(revision=2, done=False, effect=<Effect.NONE: 'none'>, pending=False, cursor=None, records=())
@@ -184,6 +185,8 @@ def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> 
     'revision 0 goes back from 1'
     >>> parse_evidence({"revision": "card 4111", "done": False}, status=ResultStatus.OK, current_revision=0)
     'revision (a str of 9 characters) is not a safe integer'
+    >>> parse_evidence({"revision": 1, "done": True}, status=ResultStatus.OK, current_revision=2, key="refund")
+    "revision 1 goes back from 2, the last revision of progress key 'refund'"
     """
     if isinstance(raw, VerifyFailed):
         return f"verify raised {type(raw.error).__name__}"
@@ -200,7 +203,8 @@ def parse_evidence(raw: Any, *, status: ResultStatus, current_revision: int) -> 
     if revision is None:
         return f"revision ({describe(raw_revision)}) is not a safe integer"
     if revision < current_revision:
-        return f"revision {revision} goes back from {current_revision}"
+        whose = f", the last revision of progress key {key!r}" if key is not None else ""
+        return f"revision {revision} goes back from {current_revision}{whose}"
     if not isinstance(done, bool):
         return f"done ({describe(done)}) is not a boolean"
     effect = _EFFECTS.get(effect_raw) if isinstance(effect_raw, str) else None

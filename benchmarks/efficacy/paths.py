@@ -29,6 +29,8 @@ __all__ = ["ADAPTER_PATHS", "BUDGET", "PATHS", "Ran", "fits", "run", "sample", "
 BUDGET = Budget(model_turns=2000, tool_executions=2000)
 """A budget no trajectory reaches: the scores measure the loop rules, not the budget."""
 ADAPTER_PATHS = ("chat", "responses", "sdk", "sdk-streamed", "langchain", "adk")
+FACTS = "facts"
+"""The progress key of every tool of the world: its verify counts the facts verified in the whole task."""
 PATHS = ("engine", *ADAPTER_PATHS)
 TRANSIENT = (TransientToolError, TimeoutError)
 
@@ -117,7 +119,7 @@ def sample(corpus: list[Trajectory], per_shape: int | None, path: str) -> list[T
 def _call(trajectory: Trajectory, name: str, args: Mapping[str, Any], prefix: str) -> Call:
     tool = trajectory.tool(name)
     op = f"{prefix}confirm-order-{args['order']}" if tool.kind == "write" else None
-    return Call(name, dict(args), tool.kind, op, volatile=tool.volatile)  # type: ignore[arg-type]
+    return Call(name, dict(args), tool.kind, op, volatile=tool.volatile, progress_key=FACTS)  # type: ignore[arg-type]
 
 
 def _engine(guard: Guard, world: World, trajectory: Trajectory, *, prefix: str) -> Outcome:
@@ -158,7 +160,7 @@ def _execute(guard: Guard, world: World, tool: ToolDef, call: Call) -> Verdict |
             evidence = (
                 world.verify(call.tool, dict(call.args), FailedAttempt(failure))
                 if tool.kind == "write"
-                else {"revision": ticket.revision, "done": False, "effect": "none"}
+                else {"revision": guard.progress_revision(call, ticket), "done": False, "effect": "none"}
             )
         verdict = guard.settle(ticket, result, evidence=evidence)
         if verdict is not None or failure is None:
@@ -236,6 +238,7 @@ def _tools(trajectory: Trajectory, prefix: str) -> list[Any]:
             verify=verify_of(t.name) if t.verified else None,
             retry=RetryPolicy(max_retries=t.retries, initial_delay=0.0, jitter=0.0),
             volatile_args=t.volatile,
+            progress_key=FACTS,
         )
         for t in trajectory.tools
     ]

@@ -3,7 +3,8 @@ application's trusted ``verify``.
 
 The application's revision is the number of distinct facts it has verified (documents found, records read, order
 states seen, jobs finished, pages listed, queue items taken): a result that teaches nothing new does not advance it.
-That is the ``verify`` an outside benchmark replayed our engine with, and the one a careful application writes.
+That is the ``verify`` an outside benchmark replayed our engine with, and the one a careful application writes. It
+counts for the whole task, so every tool declares the same progress key (``paths.FACTS``).
 
 Every tool body appends its name to :attr:`World.ran` before anything else: the count of real executions, which is
 what the scores are made of (never the guard's own counters).

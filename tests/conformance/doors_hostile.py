@@ -256,7 +256,8 @@ class RawClient:
         config = folder / "proxy.toml"
         config.write_text(
             f'[upstream]\ncommand = {json.dumps(upstream)}\nname = "payments"\ntrusted = true\n'
-            f'unguarded = {{ lookup = "a read the test lets run" }}\n\n[task]\nby = "fixed"\nid = "{env.task_id}"\n\n[budget]\n'
+            f'unguarded = {{ lookup = "a read the test lets run" }}\n\n'
+            f'[task]\nby = "fixed"\nid = "{env.task_id}"\n\n[budget]\n'
             f'tool_executions = {env.budget.tool_executions}\n\n[tools.refund]\nkind = "write"\n\n'
             f'[tools.pay]\nkind = "write"\noperation_id = "pay-{{invoice}}"\n'
             + ("approval = true\n" if approval else ""),

@@ -73,6 +73,7 @@ class Tool:
     """The tool's retries of a transient failure (``None``: each adapter's default)."""
     volatile_args: tuple[str, ...] = ()
     probe: Callable[[str, dict[str, Any]], Any] | None = None
+    progress_key: str | None = None
 
     @property
     def name(self) -> str:
@@ -85,6 +86,8 @@ class Tool:
             declared["retry"] = self.retry
         if self.probe is not None:
             declared["probe"] = self.probe
+        if self.progress_key is not None:
+            declared["progress_key"] = self.progress_key
         return {**declared, "volatile_args": self.volatile_args}
 
     def for_sdk(self) -> Any:

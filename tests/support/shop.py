@@ -104,6 +104,7 @@ class Shop:
                 verify=self.verify_lookup,
                 description="Look an order up.",
                 retry=retry,
+                progress_key="facts",  # both verifies count the shop's facts for the whole task: one key
             ),
             GuardedTool(
                 "confirm_order",
@@ -113,6 +114,7 @@ class Shop:
                 operation_id=self.operation_id,
                 verify=self.verify_confirm,
                 retry=retry,
+                progress_key="facts",
             ),
         ]
 

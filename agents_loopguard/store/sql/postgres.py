@@ -294,7 +294,7 @@ class PostgresSteps(SQLiteSteps):
 
     def deferred_record(self, cur: Any, params: dict[str, Any], *, mode: str) -> None:
         """A read's result sent ahead of the next step's statement, its result not read."""
-        execute(cur, self.q_record[(mode, False, False)], params)
+        execute(cur, self.q_record[(mode, False, bool(params["keys"]))], params)
 
     def finish(self, cur: Any, params: dict[str, Any]) -> dict[str, Any]:
         row = fetch_one(cur, self.q_finish, params)

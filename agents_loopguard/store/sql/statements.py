@@ -10,7 +10,7 @@ statement each (:mod:`.postgres`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -67,6 +67,25 @@ def fetch_one(cur: Any, stmt: Compiled, params: dict[str, Any] | None = None) ->
 def fetch_all(cur: Any, stmt: Compiled, params: dict[str, Any] | None = None) -> list[Any]:
     cur.execute(stmt.sql, stmt.params(params or {}))
     return list(cur.fetchall())
+
+
+KEY_ROW = "revision:"
+"""The prefix of the seen keys that keep the revisions a progress key reached: ``revision:<key>:<n>``."""
+
+
+def last_revisions(rows: Iterable[str]) -> dict[str, int]:
+    """Each progress key's last revision, from its seen keys (the highest ``n`` of its ``revision:<key>:<n>``).
+
+    >>> last_revisions(["revision:search:1", "revision:search:3", "revision:a:b:2", "cursor:x"])
+    {'search': 3, 'a:b': 2}
+    """
+    last: dict[str, int] = {}
+    for row in rows:
+        if row.startswith(KEY_ROW):
+            key, _, number = row[len(KEY_ROW) :].rpartition(":")
+            if key and number.isdigit():
+                last[key] = max(last.get(key, 0), int(number))
+    return last
 
 
 p = bind
@@ -261,6 +280,12 @@ class Statements:
         self.progress = {mode: c(stmt) for mode, stmt in progress.items()}
         self.seen = c(
             ins(seen).values(task_id=p("task_id"), key=p("key")).on_conflict_do_nothing().returning(seen.c.key)
+        )
+        self.seen_keys = c(  # the seen keys with a prefix: substr, not LIKE (a key's own % and _ are no wildcards)
+            sa.select(seen.c.key).where(
+                seen.c.task_id == p("task_id"),
+                sa.func.substr(seen.c.key, 1, p("length", type_=sa.Integer)) == p("prefix", type_=sa.String),
+            )
         )
 
     def _outcomes(self) -> None:

@@ -40,7 +40,7 @@ from .connection import Database
 from .postgres import PostgresSteps
 from .queries import SQLQueries
 from .sqlite import SQLiteSteps
-from .statements import fetch_all, fetch_one, statements_for
+from .statements import KEY_ROW, fetch_all, fetch_one, last_revisions, statements_for
 from .tables import (
     activation,
     budget_params,
@@ -368,6 +368,7 @@ class SQLStore(SQLQueries, Store):
         pending: bool = False,
         operation: tuple[str, OperationState, Any] | None = None,
         seen: Sequence[str] = (),
+        key: tuple[str, int] | None = None,
     ) -> Progress:
         """A read's result (no operation, no seen keys) decides nothing by itself: the first one after a reservation
         is answered from the progress that reservation read and written with the next step, like a trace row
@@ -376,7 +377,7 @@ class SQLStore(SQLQueries, Store):
         mode = "none" if revision is None else ("pending" if pending else "step")
         params = trace_params(task_id, entry)
         params["revision"] = revision
-        params["keys"] = list(dict.fromkeys(seen))
+        params["keys"] = list(dict.fromkeys(seen)) + ([f"{KEY_ROW}{key[0]}:{key[1]}"] if key is not None else [])
         if operation is None and not seen and task_id in self._known:
             predicted = self._predict(task_id, revision, pending=pending)
             if predicted is not None:
@@ -425,6 +426,13 @@ class SQLStore(SQLQueries, Store):
 
         self._db.flush()
         return [trace_entry(row) for row in self._db.read(work)]
+
+    def progress_keys(self, task_id: str) -> dict[str, int]:
+        """Kept as seen keys ``revision:<key>:<n>``, one for each revision a key reached (no schema of their own)."""
+        params = {"task_id": task_id, "prefix": KEY_ROW, "length": len(KEY_ROW)}
+        self._db.flush()
+        rows = self._db.read(lambda cur: fetch_all(cur, self._st.seen_keys, params))
+        return last_revisions(str(row["key"]) for row in rows)
 
     # --- durable engines' steps (R17) -----------------------------------------------------------------------------
 
