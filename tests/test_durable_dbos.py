@@ -26,7 +26,7 @@ from agents_loopguard.store import SQLStore
 from tests.support import durable_cases as cases
 from tests.support.durable_clusters import DBOSCluster, dbos_cluster
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(400)]
 
 AFTER_TOOL = ["before-model-2", "reserved", "in-step", "in-verify"]
 """The kill points where a body's own step is replayed (the points before the tool are the same for every body)."""

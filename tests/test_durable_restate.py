@@ -24,7 +24,7 @@ from tests.support import durable_cases as cases
 from tests.support.durable_clusters import RestateCluster, restate_cluster, stop
 from tests.support.restate_server import RestateServer, http, restate_server
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[1]
 BODIES = {  # the refund tool's body -> the kill points it reaches
