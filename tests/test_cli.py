@@ -21,30 +21,15 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from typer.testing import CliRunner
 
-from agents_loopguard import Budget, Guard, Reason, RecoveryRecord, Status, cli
+from agents_loopguard import Budget, Guard, Reason, RecoveryRecord, Status
 from agents_loopguard.ops.approvals import pause_digest
 from agents_loopguard.store.sql import SQLStore
+from tests.support.cli import in_process
 
 HERE = Path(__file__).parent
 _SCRIPT = Path(sys.executable).with_name("loopguard")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "agents_loopguard.cli"]
-
-
-def _in_process(args: list[str]) -> subprocess.CompletedProcess[str]:
-    """``loopguard ARGS`` run by ``cli.main`` in this process, its standard streams isolated by ``CliRunner``."""
-    with CliRunner().isolation() as (out, err, _):
-        try:
-            cli.main(args)
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else 1
-        else:
-            code = 0
-        sys.stdout.flush()
-        sys.stderr.flush()
-        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
-    return subprocess.CompletedProcess(["loopguard", *args], code, stdout, stderr)
 
 
 def loopguard(
@@ -58,7 +43,7 @@ def loopguard(
     """Run ``loopguard``: in process, or as a subprocess when a command, an environment or a directory is given."""
     options = [*(["--db", url] if url else []), *args]
     if command is None and env is None and cwd is None:
-        done = _in_process(options)
+        done = in_process(options)
     else:
         argv = [*(command or COMMAND), *options]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=cwd)

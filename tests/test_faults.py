@@ -80,10 +80,10 @@ def test_r16_a_worker_that_loses_the_race_to_finish_reports_the_stored_outcome(s
 
 
 def loopguard_cli(*args: str) -> Any:
-    import subprocess
-    import sys
+    """The command (in this process: nothing here is about the process)."""
+    from tests.support.cli import in_process
 
-    return subprocess.run([sys.executable, "-m", "agents_loopguard", *args], capture_output=True, text=True)
+    return in_process(args)
 
 
 def test_a_read_command_on_a_missing_store_says_so_and_creates_nothing(tmp_path: Any) -> None:
