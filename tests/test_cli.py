@@ -75,6 +75,7 @@ def as_json(*args: str, url: str) -> Any:
     return json.loads(loopguard("--json", *args, url=url).stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_demo_then_find_inspect_export_and_reconcile_the_task(sql_url: str) -> None:
     demo = loopguard("demo", url=sql_url)
@@ -126,6 +127,7 @@ def test_demo_then_find_inspect_export_and_reconcile_the_task(sql_url: str) -> N
     assert after["task"]["used"] == {"models": 1, "tools": 1, "cost": 0.0}, "reconciling never resets counters"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_stop_from_the_cli_while_a_guarded_run_is_in_progress(sql_url: str, tmp_path: Path) -> None:
     ready = tmp_path / "ready"
@@ -376,6 +378,7 @@ def test_messages_fit_the_state(sql_url: str) -> None:
     assert "no pause waits for a decision" in loopguard("pauses", url=sql_url).stdout
 
 
+@pytest.mark.slow
 def test_version_and_python_dash_m(tmp_path: Path) -> None:
     from agents_loopguard.cli.base import package_version as _package_version
 
@@ -390,6 +393,7 @@ def test_version_and_python_dash_m(tmp_path: Path) -> None:
     assert "Usage" in loopguard(command=module).stdout  # no command: the help, exit 0
 
 
+@pytest.mark.slow
 def test_hints_name_the_command_as_it_was_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'lg.db'}"
     _finished_tasks(url)
@@ -408,6 +412,7 @@ def test_hints_name_the_command_as_it_was_run(tmp_path: Path) -> None:
         assert again.returncode == 0 and "t-0" in again.stdout, (hinted.group(1), again.stderr)
 
 
+@pytest.mark.slow
 def test_tables_are_coloured_only_on_a_terminal(tmp_path: Path) -> None:
     import pty
 

@@ -129,6 +129,7 @@ def test_a_read_only_store_can_still_be_inspected(tmp_path: Any) -> None:
         os.chmod(path.parent, 0o755)
 
 
+@pytest.mark.slow
 def test_a_ledger_and_receiver_disagreement_has_a_way_forward_from_the_command_line(tmp_path: Any) -> None:
     """Issue 12: a committed write replayed while verify answers unknown ends needs_reconciliation; reconcile used
     to refuse ("already committed") and recover too ("reconcile first"): no way forward. Now an operator confirms,
@@ -189,6 +190,7 @@ def test_a_budget_passed_for_an_existing_task_keeps_the_stored_one_and_says_so(
     assert quiet.budget.model_turns == 4
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_r16_two_worker_processes_ending_one_task_both_report_the_stored_outcome(sql_url: str, tmp_path: Any) -> None:
     """Two OS processes end the same task at once with different verdicts: one wins, and the loser reports what the

@@ -195,11 +195,13 @@ def _prune_beside_a_worker(url: str, tmp_path: Path) -> None:
         assert tally_of(store) == recounted(store)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_r22_a_worker_keeps_running_guarded_turns_while_a_prune_runs_sqlite(tmp_path: Path) -> None:
     _prune_beside_a_worker(f"sqlite:///{tmp_path / 'lg.db'}", tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
 def test_r22_a_worker_keeps_running_guarded_turns_while_a_prune_runs_postgres(
