@@ -23,3 +23,9 @@ collect_ignore = [] if importlib.util.find_spec("temporalio") else TEMPORAL_MODU
 @pytest.fixture(autouse=True)
 def _default_store_per_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOOPGUARD_DATABASE_URL", f"sqlite:///{tmp_path / 'default-store.db'}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first (a stable sort): under ``-n`` each worker starts on the long tests, and the
+    short ones fill the gaps, instead of one long test ending the run alone while the other workers wait."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -179,6 +179,7 @@ async def test_an_invocation_whose_task_the_guard_ended_runs_nothing() -> None:
     assert silent.requests == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_the_loop_agent_example_runs_as_documented() -> None:
     done = subprocess.run(

@@ -59,6 +59,7 @@ def refunds(tmp: Path) -> list[str]:
     return journal.read_text().splitlines() if journal.exists() else []
 
 
+@pytest.mark.slow
 def test_a_confirmation_resumes_the_stored_pause_once_in_another_process(tmp_path: Path, sql_url: str) -> None:
     """R13: the first process stops at the confirmation (``needs_human/approval``, the pause stored with the
     budget, nothing executed); a second process answers it: the same task continues (counters from 1 model

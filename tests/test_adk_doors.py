@@ -181,6 +181,7 @@ def test_max_llm_calls_beside_the_guard_ends_with_an_outcome_and_no_traceback(
         assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
 
 
+@pytest.mark.slow
 def test_the_stored_outcome_is_read_from_a_plugin_in_another_process(tmp_path: Any) -> None:
     """Issue 26 item 6: ``plugin.outcome(session_id)`` used to be ``None`` in a process that did not run the session
     (and the application crashed on it): it is read from the store."""

@@ -21,30 +21,15 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from typer.testing import CliRunner
 
-from agents_loopguard import Budget, Guard, Reason, RecoveryRecord, Status, cli
+from agents_loopguard import Budget, Guard, Reason, RecoveryRecord, Status
 from agents_loopguard.ops.approvals import pause_digest
 from agents_loopguard.store.sql import SQLStore
+from tests.support.cli import in_process
 
 HERE = Path(__file__).parent
 _SCRIPT = Path(sys.executable).with_name("loopguard")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "agents_loopguard.cli"]
-
-
-def _in_process(args: list[str]) -> subprocess.CompletedProcess[str]:
-    """``loopguard ARGS`` run by ``cli.main`` in this process, its standard streams isolated by ``CliRunner``."""
-    with CliRunner().isolation() as (out, err, _):
-        try:
-            cli.main(args)
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else 1
-        else:
-            code = 0
-        sys.stdout.flush()
-        sys.stderr.flush()
-        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
-    return subprocess.CompletedProcess(["loopguard", *args], code, stdout, stderr)
 
 
 def loopguard(
@@ -58,7 +43,7 @@ def loopguard(
     """Run ``loopguard``: in process, or as a subprocess when a command, an environment or a directory is given."""
     options = [*(["--db", url] if url else []), *args]
     if command is None and env is None and cwd is None:
-        done = _in_process(options)
+        done = in_process(options)
     else:
         argv = [*(command or COMMAND), *options]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
@@ -90,6 +75,7 @@ def as_json(*args: str, url: str) -> Any:
     return json.loads(loopguard("--json", *args, url=url).stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_demo_then_find_inspect_export_and_reconcile_the_task(sql_url: str) -> None:
     demo = loopguard("demo", url=sql_url)
@@ -141,6 +127,7 @@ def test_demo_then_find_inspect_export_and_reconcile_the_task(sql_url: str) -> N
     assert after["task"]["used"] == {"models": 1, "tools": 1, "cost": 0.0}, "reconciling never resets counters"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_stop_from_the_cli_while_a_guarded_run_is_in_progress(sql_url: str, tmp_path: Path) -> None:
     ready = tmp_path / "ready"
@@ -391,6 +378,7 @@ def test_messages_fit_the_state(sql_url: str) -> None:
     assert "no pause waits for a decision" in loopguard("pauses", url=sql_url).stdout
 
 
+@pytest.mark.slow
 def test_version_and_python_dash_m(tmp_path: Path) -> None:
     from agents_loopguard.cli.base import package_version as _package_version
 
@@ -405,6 +393,7 @@ def test_version_and_python_dash_m(tmp_path: Path) -> None:
     assert "Usage" in loopguard(command=module).stdout  # no command: the help, exit 0
 
 
+@pytest.mark.slow
 def test_hints_name_the_command_as_it_was_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'lg.db'}"
     _finished_tasks(url)
@@ -423,6 +412,7 @@ def test_hints_name_the_command_as_it_was_run(tmp_path: Path) -> None:
         assert again.returncode == 0 and "t-0" in again.stdout, (hinted.group(1), again.stderr)
 
 
+@pytest.mark.slow
 def test_tables_are_coloured_only_on_a_terminal(tmp_path: Path) -> None:
     import pty
 

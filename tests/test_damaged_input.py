@@ -65,6 +65,7 @@ def test_a_sqlite_file_whose_schema_has_flipped_bytes_is_a_store_error(tmp_path:
         SQLStore(f"sqlite:///{db}", readonly=readonly).tasks()
 
 
+@pytest.mark.slow
 def test_the_command_on_a_file_with_flipped_bytes_says_so_on_one_line(tmp_path: Path) -> None:
     db = tmp_path / "lg.db"
     _store_with_a_task(db)
@@ -135,6 +136,7 @@ def test_a_limit_no_store_can_hold_is_refused_before_the_store(limit: int) -> No
         Budget(1, 1).extended({"cost": float("inf")})
 
 
+@pytest.mark.slow
 def test_a_recovery_beyond_the_largest_limit_is_bad_input(tmp_path: Path) -> None:
     db = tmp_path / "lg.db"
     with SQLStore(f"sqlite:///{db}") as store:

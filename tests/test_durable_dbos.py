@@ -1,7 +1,7 @@
 """R17 on a real DBOS (dbos 3.4 + dbos-openai-agents 0.3) on our PostgreSQL: an Agents SDK agent in a
 ``@DBOS.workflow``, guarded by ``run_guarded_dbos``, SIGKILLed at every kill point and recovered by DBOS in another
-process, with a plain tool body, a ``@DBOS.step`` body and a datasource transaction body; forks; then DBOS queue
-workers sharing one task budget.
+process, with a plain tool body, a ``@DBOS.step`` body and a datasource transaction body; then DBOS queue workers
+sharing one task budget. (A fork of a finished task: the kit's row ``dbos:fork``, tests/conformance.)
 
 Every worker is a real OS process (tests/workers/dbos_worker.py); the model is the real ``openai`` client over HTTP
 against the scripted server in this process, so the requests the server received are counted here, not read back
@@ -26,7 +26,7 @@ from agents_loopguard.store import SQLStore
 from tests.support import durable_cases as cases
 from tests.support.durable_clusters import DBOSCluster, dbos_cluster
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(400)]
 
 AFTER_TOOL = ["before-model-2", "reserved", "in-step", "in-verify"]
 """The kill points where a body's own step is replayed (the points before the tool are the same for every body)."""
@@ -224,41 +224,5 @@ def test_r13_r17_an_approval_pause_in_a_dbos_workflow_is_stored_with_the_budget_
         code, _, err = _finished(again)
         assert code != 0 and "PauseAlreadyResumed" in err, err[-2000:]
         assert cluster.writes()[f"refund-{order}"] == 1
-    finally:
-        store.close()
-
-
-def test_r2_r19_a_dbos_fork_continues_its_parents_task_never_a_fresh_budget(cluster: DBOSCluster) -> None:
-    """Rules: R2 (the task budget spans runs), R19 (every door: a durable fork).
-
-    A workflow whose task defaults to its id looks an order up until its budget of 2 model turns stops it. Forked
-    with ``DBOS.fork_workflow`` (a new workflow id, from its first model step on), the fork continues the parent's
-    task: the task had ended, so the fork runs nothing and returns the stored outcome marked as a replay. The server
-    received 2 requests in all (before: the fork ran under a fresh task with a fresh budget, 4 more requests)."""
-    order, workflow = _new_order(0), f"wf-{uuid.uuid4().hex[:10]}"
-    first = cluster.start(
-        "start", workflow_id=workflow, order=order, work="lookup", model_turns=2, executor=f"ex-{workflow}"
-    )
-    code, out, err = _finished(first)
-    assert code == 0, err[-2000:]
-    parent = _results(out)[workflow]
-    assert (parent["status"], parent["reason"], parent["task_id"]) == ("stopped", "model_budget", workflow)
-    fork = cluster.start("fork", workflow_id=workflow, start_step=1, executor=f"ex-fork-{workflow}")
-    code, out, err = _finished(fork)
-    assert code == 0, err[-2000:]
-    [(fork_id, forked)] = _results(out).items()
-    assert fork_id != workflow
-    assert (forked["status"], forked["reason"], forked["task_id"], forked["replay"]) == (
-        "stopped",
-        "model_budget",
-        workflow,
-        True,
-    ), forked
-    assert cluster.requests_by_order()[order] == 2
-    store = SQLStore(cluster.store_url)
-    try:
-        task = store.task(workflow)
-        assert task is not None and task.used.models == 2
-        assert store.task(fork_id) is None, "the fork ran under a task of its own"
     finally:
         store.close()

@@ -51,7 +51,7 @@ from tests.support import durable_cases as cases
 from tests.support import temporal_flows as flows
 from tests.support.scripted_openai import ScriptedOpenAIServer, dynamic
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 set_tracing_disabled(True)
 FAILED_ONCE: set[int] = set()
 LOST_AFTER_ANSWER: set[str] = set()

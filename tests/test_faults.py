@@ -80,10 +80,10 @@ def test_r16_a_worker_that_loses_the_race_to_finish_reports_the_stored_outcome(s
 
 
 def loopguard_cli(*args: str) -> Any:
-    import subprocess
-    import sys
+    """The command (in this process: nothing here is about the process)."""
+    from tests.support.cli import in_process
 
-    return subprocess.run([sys.executable, "-m", "agents_loopguard", *args], capture_output=True, text=True)
+    return in_process(args)
 
 
 def test_a_read_command_on_a_missing_store_says_so_and_creates_nothing(tmp_path: Any) -> None:
@@ -129,6 +129,7 @@ def test_a_read_only_store_can_still_be_inspected(tmp_path: Any) -> None:
         os.chmod(path.parent, 0o755)
 
 
+@pytest.mark.slow
 def test_a_ledger_and_receiver_disagreement_has_a_way_forward_from_the_command_line(tmp_path: Any) -> None:
     """Issue 12: a committed write replayed while verify answers unknown ends needs_reconciliation; reconcile used
     to refuse ("already committed") and recover too ("reconcile first"): no way forward. Now an operator confirms,
@@ -189,6 +190,7 @@ def test_a_budget_passed_for_an_existing_task_keeps_the_stored_one_and_says_so(
     assert quiet.budget.model_turns == 4
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_r16_two_worker_processes_ending_one_task_both_report_the_stored_outcome(sql_url: str, tmp_path: Any) -> None:
     """Two OS processes end the same task at once with different verdicts: one wins, and the loser reports what the

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each example runs as a process of its own
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

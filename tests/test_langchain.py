@@ -412,6 +412,7 @@ def test_a_tool_calls_limit_per_tool_is_a_declaration(server: ScriptedOpenAIServ
     assert "nothing about q1" in tool_outputs("chat", server.requests[-1].body).values()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_langchain_example_runs_as_documented() -> None:
     """``python examples/langchain_refund_approval.py`` with no API key, against the scripted server."""

@@ -59,6 +59,7 @@ def resume_in_another_process(tmp_path: Path, **cfg: Any) -> dict[str, Any]:
     return loaded
 
 
+@pytest.mark.slow
 def test_an_approval_resumes_once_from_another_process_with_the_counters_continuing(
     tmp_path: Path, store: SQLStore, sql_url: str
 ) -> None:

@@ -25,9 +25,12 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agents_loopguard.ops import operator
 from agents_loopguard.store import SQLStore
+from tests.support.cli import in_process
 from tests.support.mcp_upstream import read_lines
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # the proxy and its upstream are processes: each client session starts both
+
 PAY = '[tools.refund]\nkind = "write"\n\n[tools.pay]\nkind = "write"\noperation_id = "pay-{invoice}"\n'
 
 
@@ -257,8 +260,8 @@ def test_an_approval_waits_then_the_approved_call_runs_once(tmp_path: Path, sql_
     assert all(error and "waits for an operator's approval" in text for error, text in first)
     assert read_lines(tmp_path / "effects.jsonl") == []
     pause_id = first[0][1].split("(pause ")[1].split(")")[0]
-    cli = [sys.executable, "-m", "agents_loopguard", "--db", sql_url, "approve", pause_id, "--who", "ana"]
-    subprocess.run(cli, cwd=REPO, check=True, capture_output=True, timeout=60)
+    approved = in_process(["--db", sql_url, "approve", pause_id, "--who", "ana"])  # the operator, in this process
+    assert approved.returncode == 0, approved.stderr
     later = run(calls(config, sql_url, [pay]))
     assert later[0] == (False, 'pay done: {"amount": 10, "invoice": "INV-5"}')
     again = run(calls(config, sql_url, [pay]))  # committed: the ledger answers it, no new approval is asked

@@ -20,6 +20,7 @@ from agents_loopguard import Status
 from agents_loopguard.ops.approvals import decide
 from agents_loopguard.sdk import resume_guarded_sync, run_guarded_sync
 from agents_loopguard.store import SQLStore
+from tests.support.cli import in_process
 from tests.support.stores import sql_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,9 +34,8 @@ db = pytest.fixture(sql_store, name="db")
 
 
 def loopguard(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "agents_loopguard", "--db", url, *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    """The operator's command (in this process: the killed worker is the process that matters here)."""
+    return in_process(["--db", url, *args])
 
 
 def shown(url: str, task_id: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ def _run(*argv: str | Path) -> Any:
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600, cwd="/")
 
 
+@pytest.mark.slow
 @pytest.mark.packaging
 @pytest.mark.timeout(900)
 def test_the_wheel_installs_in_a_fresh_venv_and_runs(tmp_path: Path) -> None:

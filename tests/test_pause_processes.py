@@ -32,7 +32,7 @@ sys.path.insert(0, str(WORKERS))
 
 import pause_app  # noqa: E402  (the application's agent code, shared with the worker processes)
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 class Worker:

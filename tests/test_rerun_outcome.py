@@ -91,6 +91,7 @@ def test_an_old_record_without_a_value_still_reads() -> None:
     assert RecoveryRecord.from_json(json.dumps(old)).to_outcome().value is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_the_readme_program_run_twice_in_two_processes_keeps_its_value(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest

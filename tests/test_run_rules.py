@@ -1,4 +1,4 @@
-"""Run-level rules, written once and run through every adapter (tests/support/adapters.py) on every store.
+"""Run-level rules, written once and run through every adapter (tests/support/adapters.py), on the stores below.
 
 The guarded run (agents_loopguard/run/) owns the rules of a run; the adapters only translate. Each test here runs one
 scenario through every adapter: the Agents SDK adapter (ScriptedModel; ``run_guarded``, ``run_guarded_streamed``
@@ -7,6 +7,11 @@ against the scripted server; Chat Completions sync, Responses async), LangChain 
 ``ChatOpenAI`` over HTTP; sync and async) and Google ADK (``Gemini`` over HTTP), each on a ``MemoryStore``, a
 SQLite file and PostgreSQL, and expects the same Outcome and the same tool_choice on every model request. Where an
 adapter differs by design, the test says so and pins each side.
+
+The rules are the run's, not the store's: every adapter runs them on a SQLite file (the default store), and the memory
+store and PostgreSQL run them through the Agents SDK adapter and the raw loop. That adapters and stores agree with one
+another on the same scenarios is tests/test_differential.py's (every adapter on every store); that the stores keep
+the same rules is tests/test_store_contract.py's.
 """
 
 from __future__ import annotations
@@ -27,22 +32,37 @@ from tests.support.adapters import ADAPTERS, Calls, Fail, Obey, Say, Tool, run_s
 from tests.support.adk import wire_cannot_carry
 from tests.support.sdk import done_at_two
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("adapter", ADAPTERS)]
+pytestmark = pytest.mark.timeout(60)
 
 BUDGET = Budget(model_turns=10, tool_executions=10)
 ran: list[str] = []
 
-STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-"""Every rule through every adapter on each store: memory, a SQLite file, PostgreSQL (tests/support/stores.py: each
-test opens its own store on a database just as migrated, the migration run once per worker)."""
+STORES = {"sqlite": ADAPTERS, "memory": ["sdk", "chat"], "postgres": ["sdk", "chat"]}
+"""Store -> the adapters that run every rule on it (tests/support/stores.py: each test opens its own store on a
+database just as migrated, the migration run once per worker)."""
+CASES = [
+    pytest.param(adapter, kind, id=f"{kind}-{adapter}", marks=[pytest.mark.postgres] if kind == "postgres" else [])
+    for kind, adapters in STORES.items()
+    for adapter in adapters
+]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each test through every adapter; a test that takes ``store``, through the (adapter, store) pairs of
+    :data:`STORES`."""
+    if "store" in metafunc.fixturenames:
+        metafunc.parametrize(("adapter", "store"), CASES, indirect=["store"])
+    else:
+        metafunc.parametrize("adapter", ADAPTERS)
+
 
 sqlite_template = pytest.fixture(stores.sqlite_template, scope="session", name="sqlite_template")
 postgres_schema = pytest.fixture(stores.postgres_schema, scope="session", name="postgres_schema")
 
 
-@pytest.fixture(params=STORES)
+@pytest.fixture
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """The task's store, on each backend."""
+    """The task's store, of the case's kind."""
     yield from stores.fresh_store(str(request.param), request, tmp_path)
 
 

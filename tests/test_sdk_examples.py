@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each example runs as a process of its own
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 

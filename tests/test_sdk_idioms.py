@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from typing import Any
 
 import agents
@@ -22,6 +20,7 @@ from agents_loopguard import Budget, Reason, Status
 from agents_loopguard.ops.approvals import DecisionError, ResumeError
 from agents_loopguard.sdk import guarded_tool, run_guarded
 from agents_loopguard.store import PauseAlreadyResumed, SQLStore, Store
+from tests.support.cli import in_process
 from tests.support.sdk import guarded_outcome
 
 pytestmark = pytest.mark.timeout(90)
@@ -165,13 +164,8 @@ def test_a_run_guarded_without_store_is_in_the_store_the_loopguard_command_reads
         task = opened.task("ticket-1042")
         assert task is not None and task.status == "needs_human"
         assert opened.pause(outcome.pause_id) is not None
-    shown = subprocess.run(
-        [sys.executable, "-m", "agents_loopguard", "--json", "show", "ticket-1042"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "LOOPGUARD_DATABASE_URL": url},
-    )
+    shown = in_process(["--json", "show", "ticket-1042"], env={"LOOPGUARD_DATABASE_URL": url})
+    assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["task"]["status"] == "needs_human"
 
 

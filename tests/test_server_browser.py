@@ -25,6 +25,8 @@ from agents_loopguard.store.sql import SQLStore
 from tests.support.live_server import LiveServer
 from tests.support.server_env import CONFIG, SECRETS
 
+pytestmark = pytest.mark.slow  # chromium, a live server and the example as a process
+
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless",

@@ -18,6 +18,8 @@ import pytest
 
 from tests.support.server_env import SECRETS
 
+pytestmark = pytest.mark.slow  # `loopguard serve` runs as a process of its own
+
 CLI = [sys.executable, "-m", "agents_loopguard.cli"]
 
 

@@ -60,6 +60,7 @@ def test_a_stop_after_the_outcome_records_what_it_stopped(store_factory: Callabl
     assert anonymous.set_stop_mark("u", "from code").newly_set and anonymous.transitions("u") == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_racing_processes_set_the_mark_once(sql_url: str, tmp_path: Path) -> None:
     """Rules: R3 (shared stop mark), R16 (many workers)."""
@@ -184,6 +185,7 @@ def cli_stop(db: str, who: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=full)
 
 
+@pytest.mark.slow
 def test_the_cli_runs_hooks_from_the_environment_once(tmp_path: Path) -> None:
     from agents_loopguard.store.sql import SQLStore
 
@@ -208,6 +210,7 @@ def test_the_cli_runs_hooks_from_the_environment_once(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.slow
 def test_an_installed_package_adds_hooks_through_its_entry_point(tmp_path: Path) -> None:
     from agents_loopguard.store.sql import SQLStore
 

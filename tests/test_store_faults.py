@@ -89,6 +89,7 @@ def unprivileged_open(url: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
+@pytest.mark.slow
 def test_a_folder_this_process_may_not_write_is_a_store_error() -> None:
     folder = shared_folder()  # root's, mode 755: others may enter but not write
     try:
@@ -104,6 +105,7 @@ def test_a_folder_this_process_may_not_write_is_a_store_error() -> None:
         shutil.rmtree(folder)
 
 
+@pytest.mark.slow
 def test_a_store_file_this_process_may_not_write_is_a_store_error() -> None:
     folder = shared_folder()
     try:

@@ -12,7 +12,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from agents_loopguard.store.sql.migrate import migrate
 from agents_loopguard.store.sql.schema import VERSION_TABLE
 from agents_loopguard.values.errors import NotFoundError
 from tests.conftest import libpq_url
+from tests.support.cli import in_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,11 +84,9 @@ def tables_of(url: str) -> list[str]:
         engine.dispose()
 
 
-def loopguard(*args: str, env_url: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("LOOPGUARD_DATABASE_URL", None)
-    command = [sys.executable, "-m", "agents_loopguard.cli", *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+def loopguard(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command as an operator runs it, with no store from the environment (in this process)."""
+    return in_process(args, env={"LOOPGUARD_DATABASE_URL": None})
 
 
 # --- the migrations themselves ---------------------------------------------------------------------------------------

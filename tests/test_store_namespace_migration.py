@@ -27,6 +27,7 @@ def v4_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return postgres_fixture(str(request.getfixturevalue("pg_schema_url")), version=4)
 
 
+@pytest.mark.slow
 def test_r18_migration_moves_activation_writes_and_every_reference_into_the_flow_namespace(v4_store: str) -> None:
     """R18 (scopes and audit): the ledger, the trace, the echo's origin and outcome, and the operator's transition
     name the namespaced id after `loopguard migrate`; nothing else moves, and the chain still holds."""

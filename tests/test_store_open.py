@@ -121,6 +121,7 @@ print(json.dumps({{"tasks": tasks, "ops": ops, "refused": refused}}))
 """
 
 
+@pytest.mark.slow
 def test_a_store_in_a_folder_this_process_may_not_write_can_be_inspected() -> None:
     """Read-only file in a read-only folder, no -wal or -shm beside it: SQLite cannot even create its shared
     memory file there; the store is still read (immutable, since nobody can write there either)."""

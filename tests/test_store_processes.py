@@ -19,7 +19,7 @@ from agents_loopguard import Budget, Guard, Reason
 from agents_loopguard.store import OperationState, SQLStore
 from tests.support.processes import Worker, prepared, shared_barrier, start_together
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 WORKERS = 4
 

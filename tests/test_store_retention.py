@@ -23,6 +23,7 @@ from agents_loopguard.store.base import TraceEntry
 from agents_loopguard.store.sql import SQLStore
 from agents_loopguard.values.errors import InputError
 from tests.support.bulk import fill, shape
+from tests.support.cli import in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = 1_800_000_000.0
@@ -194,11 +195,13 @@ def _prune_beside_a_worker(url: str, tmp_path: Path) -> None:
         assert tally_of(store) == recounted(store)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_r22_a_worker_keeps_running_guarded_turns_while_a_prune_runs_sqlite(tmp_path: Path) -> None:
     _prune_beside_a_worker(f"sqlite:///{tmp_path / 'lg.db'}", tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
 def test_r22_a_worker_keeps_running_guarded_turns_while_a_prune_runs_postgres(
@@ -210,16 +213,15 @@ def test_r22_a_worker_keeps_running_guarded_turns_while_a_prune_runs_postgres(
 def test_prune_on_the_command_line_dry_run_then_for_real(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'lg.db'}"
     fill(url, 200, calls=2, start=time.time() - 100 * DAY, days=50)
-    command = [sys.executable, "-m", "agents_loopguard.cli", "--db", url]
+    command = ["--db", url]  # the command run in this process (tests/support/cli.py)
     ended = sum(shape(i).status not in ("running", "needs_reconciliation") for i in range(200))
-    dry = subprocess.run([*command, "prune", "--older-than", "30", "--dry-run"], capture_output=True, text=True)
+    dry = in_process([*command, "prune", "--older-than", "30", "--dry-run"])
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.startswith(f"would remove {ended} tasks, {2 * ended} trace"), dry.stdout
-    real = subprocess.run([*command, "--json", "prune", "--older-than", "30"], capture_output=True, text=True)
+    real = in_process([*command, "--json", "prune", "--older-than", "30"])
     assert real.returncode == 0, real.stderr
     assert json.loads(real.stdout)["removed"]["tasks"] == ended
-    again = subprocess.run([*command, "prune", "--older-than", "30", "--dry-run"], capture_output=True, text=True)
+    again = in_process([*command, "prune", "--older-than", "30", "--dry-run"])
     assert again.stdout.startswith("would remove nothing"), again.stdout
-    window = [*command, "prune", "--older-than", "30", "--idempotency-window", "1"]
-    bad = subprocess.run(window, capture_output=True, text=True)
+    bad = in_process([*command, "prune", "--older-than", "30", "--idempotency-window", "1"])
     assert bad.returncode == 2 and "may not be shorter" in bad.stderr

@@ -20,7 +20,7 @@ from agents_loopguard.store.base import Store, TraceEntry
 from agents_loopguard.store.sql.connection import _lock_key
 from agents_loopguard.values.calls import Ticket
 from tests.conftest import libpq_url
-from tests.support.store_trace import round_trips, sent
+from tests.support.store_trace import pg_sent, round_trips, sent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,9 +92,17 @@ def test_a_task_that_lost_a_race_queues_its_steps_on_the_tasks_lock(pg_schema_ur
         key = _lock_key("t")
         assert round_trips(store, lambda: store.reserve_turn("t")) == 1
         store._db._contended[key] = time.monotonic() + 60  # as after a lost race
-        queued = sent(store, lambda: store.reserve_turn("t"))
-        # lock | the step | unlock: three transactions, sent in one pipeline (all before any answer is awaited)
-        assert queued.count("Sync") == 3 and queued.index("Flush") > max(i for i, m in enumerate(queued) if m == "Sync")
+        queued = pg_sent(store, lambda: store.reserve_turn("t"))
+        # lock | the step | unlock: three transactions (a Sync ends each), the lock taken before the step's statement
+        # and released after its commit, all sent before any answer is asked for. Whether psycopg sends a Flush at
+        # the end depends on how fast the answers came back (none under load): only a Flush before the last Sync
+        # would mean the step waited for an answer mid-pipeline.
+        statements = [m for m in queued if m.startswith("Parse: ") or m == "Sync"]
+        lock = next(i for i, m in enumerate(statements) if "pg_try_advisory_lock" in m)
+        unlock = next(i for i, m in enumerate(statements) if "pg_advisory_unlock" in m)
+        assert statements.count("Sync") == 3 and lock < statements.index("Sync") < unlock, queued
+        assert "Flush" not in queued[: len(queued) - queued[::-1].index("Sync")], queued
+        assert store.task("t").used.models == 2  # type: ignore[union-attr]
         held = store._cursor().execute(
             "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
         )

@@ -169,6 +169,7 @@ def test_guard_of_an_activation_uses_its_id_as_task_id_and_refuses_a_refused_one
         TriggerGuard(store, flow="x", max_depth=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not sql_store_available(), reason="agents_loopguard.store.sql.SQLStore is not importable yet")
 def test_echo_is_recognized_across_two_processes_with_a_sqlite_store(tmp_path: Path) -> None:

@@ -550,7 +550,7 @@ def door(name: str, doc: str, build: Callable[[Env], Observed], **more: Any) -> 
 
 
 def refused_door(name: str, doc: str, build: Callable[[Env], Observed], refusal: str) -> Door:
-    return Door("adk", name, doc, refused(build), mark="refused", refusal=refusal, stores=("memory",))
+    return Door("adk", name, doc, refused(build), mark="refused", refusal=refusal)
 
 
 DOORS = [

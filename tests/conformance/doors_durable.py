@@ -76,16 +76,21 @@ def dbos_recovered(body: str) -> Any:
 
 
 def dbos_fork(env: Env) -> Observed:
-    """A workflow whose task defaults to its id (the env's task) looks an order up until the budget stops it; then
-    ``DBOS.fork_workflow`` from its first model step: the fork runs under the parent's task (nothing, it ended)."""
+    """R2, R19: a workflow whose task defaults to its id (the env's task) looks an order up until its budget of
+    model turns stops it; then ``DBOS.fork_workflow`` from its first model step: the fork continues the parent's
+    task, which had ended, so it runs nothing and returns the stored outcome marked as a replay (before: the fork
+    ran under a fresh task with a fresh budget). The kit checks that no task of the fork's own exists and that the
+    requests the server received are the parent's turns."""
     assert env.store_url is not None
     order = _order()
     with dbos_cluster(_postgres(), env.store_url, env.tmp_path, pace=0, shared=True) as cluster:
         first = {"workflow_id": env.task_id, "order": order, "work": "lookup", **_budget(env)}
-        cluster.run("start", executor=f"ex-{env.task_id}", **first)
+        parent = cluster.run("start", executor=f"ex-{env.task_id}", **first)[env.task_id]
+        assert (parent["status"], parent["task_id"], parent["replay"]) == ("stopped", env.task_id, False), parent
         forked = cluster.run("fork", workflow_id=env.task_id, start_step=1, executor=f"ex-fork-{env.task_id}")
         [(fork_id, result)] = forked.items()
-        assert result["replay"] and fork_id != env.task_id, result
+        assert fork_id != env.task_id and result["replay"], result
+        assert (result["status"], result["reason"], result["task_id"]) == ("stopped", parent["reason"], env.task_id)
         return _observed(env, order, cluster.writes(), cluster.requests_by_order())
 
 
@@ -104,8 +109,10 @@ def restate_recovered(env: Env) -> Observed:
 
 
 def restate_cancelled(env: Env) -> Observed:
-    """A refund whose body, after its write, waits on a journaled sleep; the invocation is cancelled meanwhile: the
-    body stops there, the write stays in flight (unknown), no request leaves after it."""
+    """Issue 32 item 3: a refund whose body, after its write, waits on a journaled sleep; the invocation is cancelled
+    meanwhile: the body stops there (before: the guard took Restate's cancellation for the body's failure, told the
+    model so and went on), the write stays in flight (unknown, never sent again), no request leaves after it, and
+    Restate reports the invocation cancelled. (A body that waits without Restate: tests/test_durable_restate.py.)"""
     assert env.store_url is not None
     order = _order()
     with restate_cluster(shared_restate_server(), env.store_url, env.tmp_path) as cluster:
@@ -118,32 +125,44 @@ def restate_cancelled(env: Env) -> Observed:
                 assert time.monotonic() < deadline, "the tool body never started"
                 time.sleep(0.02)
             cluster.server.cancel(invocation)
-            http("GET", f"{cluster.server.ingress}/restate/invocation/{invocation}/attach", timeout=120)
+            status, answer = http(
+                "GET", f"{cluster.server.ingress}/restate/invocation/{invocation}/attach", timeout=120
+            )
         finally:
             stop(handler)
+        assert (status, answer["message"]) == (409, "cancelled"), answer
         seen = _observed(env, order, cluster.writes(), cluster.requests_by_order())
         assert seen.outcome is not None and (seen.outcome.status, seen.outcome.reason) == (
             Status.NEEDS_RECONCILIATION,
             Reason.CANCELLED,
         ), seen.outcome  # before: the cancellation was the tool's failure, told to the model, and the run went on
+        operations = {op.operation_id: str(op.state) for op in env.store.operations(env.task_id)}
+        assert operations == {f"refund-{order}": "unknown"}, operations
+        assert seen.requests == 1 and not (env.tmp_path / f"body-ended-{order}").exists()
         return seen
 
 
 def restate_virtual_object(env: Env) -> Observed:
-    """A Virtual Object keyed by the task: a first request refunds its order and ends the task; a second, different
-    request on the same key runs nothing and gets the stored outcome, marked as a replay."""
+    """Issue 32 item 3: a Virtual Object keyed by the task: a first request refunds its order and ends the task; a
+    second, different request on the same key runs nothing and gets the task's stored outcome, marked as a replay
+    (``Outcome.result`` a ``Replay``), where it used to look like an answer to its own request."""
     assert env.store_url is not None
     order, other = _order(), _order() + 1
     with restate_cluster(shared_restate_server(), env.store_url, env.tmp_path) as cluster:
         handler = cluster.listening(cluster.handler())
         try:
-            for asked in (order, other):
-                tag = uuid.uuid4().hex[:10]
-                answer = cluster.server.result(cluster.invoke(key=env.task_id, order=asked, tag=tag, **_budget(env)))
+            answers = [
+                cluster.server.result(
+                    cluster.invoke(key=env.task_id, order=asked, tag=uuid.uuid4().hex[:10], **_budget(env))
+                )
+                for asked in (order, other)
+            ]
         finally:
             stop(handler)
-        assert answer["replay"], answer
+        replays = [(a["status"], a["task_id"], a["replay"]) for a in answers]
+        assert replays == [("completed", env.task_id, False), ("completed", env.task_id, True)], answers
         requests = cluster.requests_by_order()
+        assert (requests[order], requests[other], cluster.writes()[f"refund-{other}"]) == (2, 0, 0), requests
         seen = _observed(env, order, cluster.writes(), requests)
         seen.requests = (seen.requests or 0) + requests[other]
         return seen

@@ -290,7 +290,9 @@ def adk_undeclared(env: Env) -> Observed:
 
 
 def door(name: str, doc: str, build: Callable[[Env], Observed], **more: Any) -> Door:
-    return Door("mcp", name, doc, build, **more)
+    """A row on the SQLite store only: each case starts the upstream as a process; what the guard asks of the store
+    here is what the SDK's and ADK's own rows ask of it, on every store."""
+    return Door("mcp", name, doc, build, stores=("sqlite",), **more)
 
 
 DOORS = [

@@ -64,7 +64,8 @@ class Door:
     """For a refused door: a part of the refusal's message (the fix it names)."""
     budget: Budget = DEFAULT_BUDGET
     stores: tuple[str, ...] = STORES
-    """The stores to run on: all three wherever the door touches the store."""
+    """The stores to run on: all three wherever the door touches the store. A ``refused`` door runs on the first
+    only: it is refused when the run starts, before any store holds anything of it."""
     final: Any = None
     """When set: the final answer the user must get in the ``run`` variant (a nested agent never ends its parent's
     run: the parent's answer is the one that comes back)."""

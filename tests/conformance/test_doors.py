@@ -39,10 +39,15 @@ sqlite_template = pytest.fixture(stores.sqlite_template, scope="session", name="
 postgres_schema = pytest.fixture(stores.postgres_schema, scope="session", name="postgres_schema")
 
 
+PROCESSES = {"mcp", "dbos", "restate", "temporal"}
+"""The frameworks whose rows run the tool bodies in other processes (an MCP server, durable workers): ``slow``."""
+
+
 def _cases() -> Iterator[Any]:
     for door in ROWS:
         marks = [pytest.mark.xfail(strict=True, reason=door.broken)] if door.broken else []
-        for kind in door.stores:
+        marks += [pytest.mark.slow] if door.framework in PROCESSES else []
+        for kind in door.stores[:1] if door.mark == "refused" else door.stores:
             kind_marks = [*marks, pytest.mark.postgres] if kind == "postgres" else marks
             variants = ["run", "stop"] if door.stop_at is not None and door.mark != "refused" else ["run"]
             for variant in variants:
