@@ -75,25 +75,7 @@ def test_r17_killed_workers_recovered_by_dbos_run_every_write_once_with_exact_co
     rounds = [(body, point) for body, points in BODIES.items() for point in points for _ in range(ROUNDS)]
     for index, (body, point) in enumerate(rounds):
         plan[f"wf-{uuid.uuid4().hex[:10]}"] = (body, point, _new_order(index))
-    pending = list(plan.items())
-    while pending:  # two killed workers at a time (2 cores)
-        batch, pending = pending[:2], pending[2:]
-        started = [
-            cluster.start(
-                "start",
-                workflow_id=w,
-                task_id=f"task-{w}",
-                order=o,
-                kill=p,
-                work=b,
-                executor=f"ex-{w}",
-                datasource=b == "transaction",
-            )
-            for w, (b, p, o) in batch
-        ]
-        for process in started:
-            code, _, err = _finished(process)
-            assert code == -9, f"the worker was to be killed, it exited {code}: {err[-2000:]}"
+    cluster.kill_rounds(plan, transactions={"transaction"})
     recovery = cluster.start(
         "recover",
         workflow_ids=list(plan),

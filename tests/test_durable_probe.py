@@ -48,25 +48,7 @@ def _order() -> int:
 
 def test_r20_killed_dbos_workers_end_as_the_receiver_says(cluster: DBOSCluster) -> None:
     plan = {f"wf-{uuid.uuid4().hex[:10]}": (body, point, _order()) for body, point in ROUNDS}
-    pending = list(plan.items())
-    while pending:  # two killed workers at a time (2 cores)
-        batch, pending = pending[:2], pending[2:]
-        started = [
-            cluster.start(
-                "start",
-                workflow_id=w,
-                task_id=f"task-{w}",
-                order=o,
-                kill=p,
-                work=b,
-                executor=f"ex-{w}",
-                datasource=b == "probed-transaction",
-            )
-            for w, (b, p, o) in batch
-        ]
-        for process in started:
-            _, err = process.communicate(timeout=120)
-            assert process.returncode == -9, f"the worker was to be killed, it exited {process.returncode}: {err}"
+    cluster.kill_rounds(plan, transactions={"probed-transaction"})
     recovery = cluster.start(
         "recover",
         workflow_ids=list(plan),

@@ -80,6 +80,32 @@ class DBOSCluster:
         rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         return {row["workflow_id"]: row for row in rows}
 
+    def kill_rounds(self, plan: dict[str, tuple[str, str, int]], *, transactions: set[str]) -> None:
+        """Start a worker for each workflow of ``plan`` (workflow id -> (body, kill point, order)), two at a time
+        (2 cores), each to be killed at its point; the bodies in ``transactions`` write through a DBOS
+        transaction (the datasource)."""
+        pending = list(plan.items())
+        while pending:
+            batch, pending = pending[:2], pending[2:]
+            started = [
+                self.start(
+                    "start",
+                    workflow_id=w,
+                    task_id=f"task-{w}",
+                    order=o,
+                    kill=p,
+                    work=b,
+                    executor=f"ex-{w}",
+                    datasource=b in transactions,
+                )
+                for w, (b, p, o) in batch
+            ]
+            for process in started:
+                _, err = process.communicate(timeout=120)
+                assert process.returncode == -9, (
+                    f"the worker was to be killed, it exited {process.returncode}: {err[-2000:]}"
+                )
+
     def requests_by_order(self) -> Counter[int]:
         return cases.requests_by_order(self.server)
 
