@@ -29,3 +29,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests marked ``slow`` first (a stable sort): under ``-n`` each worker starts on the long tests, and the
     short ones fill the gaps, instead of one long test ending the run alone while the other workers wait."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the machine has cores. Many tests wait on another process (a worker, a
+    server, a browser) while their worker holds no core: on two cores three workers ran the suite in 438 s where two
+    took 478 s (the same clean tree, one after the other)."""
+    import os
+
+    return (os.cpu_count() or 1) + 1

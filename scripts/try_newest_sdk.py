@@ -105,7 +105,7 @@ def installed(venv: Path) -> tuple[str, str, bool]:
 def run_suite(venv: Path, tests: str, inside_pin: bool) -> int:
     """pytest from the clone with the venv's interpreter (the clone's sources come first on its path)."""
     paths = [str(p.relative_to(ROOT)) for pattern in ADAPTER_TESTS for p in sorted(ROOT.glob(pattern))]
-    command = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"]
+    command = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto"]
     command += paths if tests == "adapter" else []
     if not inside_pin:  # the one test that checks the pin itself: past the pin on purpose here
         command += ["--deselect", PIN_TEST]
