@@ -33,8 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the machine has cores. Many tests wait on another process (a worker, a
-    server, a browser) while their worker holds no core: on two cores three workers ran the suite in 438 s where two
-    took 478 s (the same clean tree, one after the other)."""
+    server, a browser) while their worker holds no core: on two cores three workers ran CI's suite in 467 s where two
+    took 478 s (two clean-clone CI runs)."""
     import os
 
     return (os.cpu_count() or 1) + 1
