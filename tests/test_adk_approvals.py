@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from agents_loopguard.store import SQLStore
+from tests.support import forked
 
 pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def worker(tmp: Path, sql_url: str, step: str, **cfg: Any) -> dict[str, Any]:
         **cfg,
     }
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "tests.workers.adk_confirm_worker", json.dumps(job)],
         cwd=ROOT,
         env=env,

@@ -24,6 +24,7 @@ from google.genai import types
 from agents_loopguard import Budget, Outcome, Reason, Status
 from agents_loopguard.adk import LoopGuardPlugin, guarded_tool, run_guarded
 from agents_loopguard.store import Store
+from tests.support import forked
 from tests.support.adk import GEMINI
 from tests.support.scripted_gemini import Dynamic, Reply, ScriptedGeminiServer
 from tests.support.wire import gemini_http_options
@@ -186,7 +187,6 @@ def test_the_stored_outcome_is_read_from_a_plugin_in_another_process(tmp_path: A
     """Issue 26 item 6: ``plugin.outcome(session_id)`` used to be ``None`` in a process that did not run the session
     (and the application crashed on it): it is read from the store."""
     import os
-    import subprocess
     import sys
 
     from tests.support.processes import ROOT
@@ -209,7 +209,7 @@ def test_the_stored_outcome_is_read_from_a_plugin_in_another_process(tmp_path: A
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = [
-        subprocess.run(
+        forked.run(
             [sys.executable, "-c", code, url, step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=90
         )
         for step in ("run", "read")

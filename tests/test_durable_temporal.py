@@ -48,6 +48,7 @@ from agents_loopguard.durable.temporal import GuardedActivityModels
 from agents_loopguard.ops.operator import task_view
 from agents_loopguard.store import SQLStore
 from tests.support import durable_cases as cases
+from tests.support import forked
 from tests.support import temporal_flows as flows
 from tests.support.scripted_openai import ScriptedOpenAIServer, dynamic
 
@@ -252,7 +253,7 @@ def _worker(config: dict[str, Any]) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     command = [sys.executable, "-m", "tests.workers.temporal_worker", json.dumps(config)]
     with open(Path(config["folder"]) / "workers.err", "a") as err:
-        return subprocess.Popen(command, cwd=root, env=env, stderr=err)
+        return forked.ForkedPopen(command, cwd=root, env=env, stderr=err)
 
 
 async def _listening(process: subprocess.Popen[bytes], folder: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from agents_loopguard.ops.approvals import ResumeError
 from agents_loopguard.run import declare_tool
 from agents_loopguard.store import SQLStore
 from tests.conftest import libpq_url, with_search_path
+from tests.support import forked
 from tests.support.langchain_shop import BUDGET, refund_agent
 from tests.support.scripted_openai import ScriptedOpenAIServer, final_text, tool_call
 from tests.support.stores import sql_store
@@ -46,7 +46,7 @@ def resume_in_another_process(tmp_path: Path, **cfg: Any) -> dict[str, Any]:
     result = tmp_path / "resumed.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     config = json.dumps({**cfg, "result": str(result)})
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "tests.support.langchain_shop", "resume", config],
         cwd=ROOT,
         env=env,

@@ -1,6 +1,8 @@
 """``loopguard mcp`` with real parts: the proxy and a FastMCP-style upstream (mcp 2's ``MCPServer``) as OS processes,
-the ``mcp`` package's own client, the store on SQLite and PostgreSQL. Side effects are counted at the upstream (its
-log of received calls, its receiver's ledger of effects), never by our counters alone."""
+the ``mcp`` package's own client, the store on a SQLite file (the proxy's default; several activations sharing one
+task: on PostgreSQL, the store for many workers). Side effects are counted at the upstream (its log of received
+calls, its receiver's ledger of effects), never by our counters alone. That each store keeps the rules the proxy
+relies on is the store contract's (tests/test_store_contract.py)."""
 
 from __future__ import annotations
 
@@ -25,11 +27,19 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agents_loopguard.ops import operator
 from agents_loopguard.store import SQLStore
+from tests.support import forked
 from tests.support.cli import in_process
 from tests.support.mcp_upstream import read_lines
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # the proxy and its upstream are processes: each client session starts both
+
+
+@pytest.fixture
+def sql_url(tmp_path: Path) -> str:
+    """The proxy's store: a SQLite file (its default), one per test."""
+    return f"sqlite:///{tmp_path / 'loopguard.db'}"
+
 
 PAY = '[tools.refund]\nkind = "write"\n\n[tools.pay]\nkind = "write"\noperation_id = "pay-{invoice}"\n'
 
@@ -141,12 +151,15 @@ print(json.dumps(asyncio.run(calls(config, url, sequence))))
 """
 
 
-def test_three_n8n_activations_share_one_tasks_tool_budget(tmp_path: Path, sql_url: str) -> None:
+@pytest.mark.postgres
+def test_three_n8n_activations_share_one_tasks_tool_budget(tmp_path: Path, pg_schema_url: str) -> None:
     """The article's n8n case: a Tools Agent's Max Iterations restarts with every activation; behind the proxy the
-    three activations (three client processes, each with its own proxy process) spend one task's budget."""
+    three activations (three client processes, each with its own proxy process) spend one task's budget, on
+    PostgreSQL, the store for many workers."""
+    sql_url = pg_schema_url
     config = write_config(tmp_path, budget=4)
     processes = [
-        subprocess.Popen(
+        forked.ForkedPopen(
             [sys.executable, "-c", ACTIVATION, str(config), sql_url, str(n)],
             cwd=REPO,
             stdout=subprocess.PIPE,
@@ -206,7 +219,7 @@ def test_a_killed_proxy_restarted_keeps_the_unknown_write_unknown(tmp_path: Path
 def test_an_undeclared_write_stops_the_proxy_at_start_with_the_declaration_to_add(tmp_path: Path) -> None:
     config = write_config(tmp_path, unguarded=())
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "agents_loopguard", "--db", url, "mcp", str(config)],
         cwd=REPO,
         stdin=subprocess.DEVNULL,
@@ -328,7 +341,7 @@ def http_proxy(config: Path, url: str) -> Iterator[str]:
     """The proxy as an HTTP service (``--http``): its endpoint until the block ends, then stopped."""
     address = f"127.0.0.1:{free_port()}"
     command = [sys.executable, "-m", "agents_loopguard", "--db", url, "mcp", str(config), "--http", address]
-    process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = forked.ForkedPopen(command, cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
         line = process.stderr.readline()

@@ -25,6 +25,7 @@ from agents_loopguard import Budget, Reason, Status, Usage
 from agents_loopguard.ops.approvals import decide
 from agents_loopguard.sdk import resume_guarded_sync, run_guarded_sync
 from agents_loopguard.store import SQLStore
+from tests.support import forked
 from tests.support.stores import sql_store
 
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -39,7 +40,7 @@ class Worker:
     """One ``pause_worker.py serve`` process: send it a job, read its answer."""
 
     def __init__(self, log: IO[str]) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = forked.ForkedPopen(
             [sys.executable, str(WORKERS / "pause_worker.py"), "serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

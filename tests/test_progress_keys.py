@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from agents_loopguard import Budget, Guard, MemoryStore, OperationState, Policy,
 from agents_loopguard.ops.approvals import decide
 from agents_loopguard.sdk import run_guarded_sync
 from agents_loopguard.store import SQLStore, Store, TraceEntry
+from tests.support import forked
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 sys.path.insert(0, str(WORKERS))
@@ -88,7 +88,7 @@ def test_r20_a_resume_in_another_process_compares_each_key_with_its_stored_revis
         assert store.progress_keys("t-resume") == {"search_docs": 2}
         decide(store, paused.pause_id or "", who="ana", approve_all=True, why="customer asked")
     env = {**os.environ, progress_app.SENT_ENV: str(journal)}
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, str(WORKERS / "progress_app.py"), "resume", sql_url, paused.pause_id or ""],
         capture_output=True,
         text=True,

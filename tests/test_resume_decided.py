@@ -30,6 +30,7 @@ from agents_loopguard.ops.webhooks import verify_signature
 from agents_loopguard.sdk import resume_decided_sync, run_guarded_sync
 from agents_loopguard.server import create_app
 from agents_loopguard.store.sql import SQLStore
+from tests.support import forked
 from tests.support.live_server import LiveServer
 from tests.support.server_env import CONFIG, PLANTED, SECRETS, bearer, paused_task
 from tests.test_cli import COMMAND
@@ -241,7 +242,7 @@ def test_eight_helper_processes_resume_a_decided_pause_once_with_the_counters_co
                 "ready": str(tmp_path / f"ready-{n}"),
             }
             helpers.append(
-                subprocess.Popen(
+                forked.ForkedPopen(
                     [sys.executable, str(WORKERS / "decided_worker.py"), json.dumps(job)],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,

@@ -16,6 +16,7 @@ import pytest
 from agents_loopguard import Budget, Guard, MemoryStore, NotFoundError, Reason, Status
 from agents_loopguard.ops.stops import register_stop_hook, request_stop
 from agents_loopguard.store.base import Store
+from tests.support import forked
 from tests.support.stop_probe import explode
 
 RACER = """
@@ -70,7 +71,9 @@ def test_racing_processes_set_the_mark_once(sql_url: str, tmp_path: Path) -> Non
     Guard(budget=Budget(3, 3), store=store, task_id="t")
     racers = [f"op-{n}" for n in range(6)]
     procs = [
-        subprocess.Popen([sys.executable, "-c", RACER, sql_url, who, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        forked.ForkedPopen(
+            [sys.executable, "-c", RACER, sql_url, who, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
         for who in racers
     ]
     give_up = time.monotonic() + 60
@@ -182,7 +185,7 @@ def test_a_session_already_gone_is_not_a_failure() -> None:
 def cli_stop(db: str, who: str, **env: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "agents_loopguard.cli", "--db", db, "--json", "stop", "t", "--who", who]
     full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), env.pop("PYTHONPATH", "")]), **env}
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=full)
+    return forked.run(command, capture_output=True, text=True, timeout=120, env=full)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from agents_loopguard.ops.retention import DAY, RetentionPolicy, prune
 from agents_loopguard.store.base import TraceEntry
 from agents_loopguard.store.sql import SQLStore
 from agents_loopguard.values.errors import InputError
+from tests.support import forked
 from tests.support.bulk import fill, shape
 from tests.support.cli import in_process
 
@@ -169,7 +170,7 @@ def _prune_beside_a_worker(url: str, tmp_path: Path) -> None:
     log, go = tmp_path / "turns.log", tmp_path / "go"
     log.touch()
     turns = 300
-    worker = subprocess.Popen(
+    worker = forked.ForkedPopen(
         [sys.executable, "-m", "tests.workers.turns_worker", url, "live-1", str(turns), str(log), str(go)],
         cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},

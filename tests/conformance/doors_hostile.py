@@ -28,6 +28,7 @@ from agents_loopguard.function_calling import GuardedTool
 from agents_loopguard.sdk import run_guarded, run_guarded_streamed
 from tests.conformance import doors_adk, doors_langchain, doors_mcp, doors_raw, doors_sdk
 from tests.conformance.kit import Door, Env, Observed
+from tests.support import forked
 from tests.support.mcp_upstream import read_lines
 from tests.support.scripted_gemini import RawArgs, Reply
 from tests.support.scripted_openai import dynamic, tool_calls
@@ -265,7 +266,7 @@ class RawClient:
         )
         assert env.store_url is not None
         command = [sys.executable, "-m", "agents_loopguard", "--db", env.store_url, "mcp", str(config)]
-        self.process = subprocess.Popen(
+        self.process = forked.ForkedPopen(
             command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8"
         )
         self.ids = 0

@@ -22,6 +22,7 @@ from typing import Any
 
 from agents_loopguard.store import SQLStore
 from tests.support import durable_cases as cases
+from tests.support.forked import ForkedPopen
 from tests.support.restate_server import RestateServer, free_port
 from tests.support.scripted_openai import ScriptedOpenAIServer, dynamic
 
@@ -39,7 +40,7 @@ def _libpq(url: str) -> str:
 def _worker(module: str, config: dict[str, Any], **popen: Any) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", f"tests.workers.{module}", json.dumps(config)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(command, text=True, cwd=ROOT, env=env, **popen)
+    return ForkedPopen(command, text=True, cwd=ROOT, env=env, **popen)
 
 
 class DBOSCluster:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agents_loopguard.store import SQLStore
+from tests.support.forked import ForkedPopen
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +29,7 @@ class Worker:
         cfg = {**cfg, "log": str(self.log), "result": str(self.result), "ready": str(self.ready)}
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with open(self.stderr, "w") as err:
-            self.proc = subprocess.Popen(
+            self.proc = ForkedPopen(
                 [sys.executable, "-m", "tests.workers.store_worker", mode, json.dumps(cfg)],
                 cwd=ROOT,
                 env=env,
