@@ -51,7 +51,7 @@ from .ending import Ending
 from .loops import LoopRules, transient
 from .metering import Metering
 from .probing import Probing
-from .progress import KeyStep, ProgressKeys
+from .progress import TASK_KEY, KeyStep, ProgressKeys, progress_key
 
 __all__ = ["KINDS", "Call", "Guard", "Kind", "Observer", "Ticket", "Verdict", "parse_call"]
 
@@ -527,10 +527,11 @@ class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
                 evidence = verify(ticket.proposal, result)
             except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
                 evidence = VerifyFailed(exc)
-        current = self.progress_revision(call, ticket)  # its progress key's last revision (engine.progress)
+        key = progress_key(call, self.policy)
+        current = self._key_revision(key, ticket)  # its progress key's last revision (engine.progress)
         if evidence is UNVERIFIED and not write:
             return status, Evidence(revision=current, done=False, effect=Effect.NONE, verified=False)
-        proof = parse_evidence(evidence, status=status, current_revision=current, key=self._key_detail(ticket))
+        proof = parse_evidence(evidence, status=status, current_revision=current, key=None if key == TASK_KEY else key)
         if isinstance(proof, str):
             self._trace_only(ticket, "invalid_evidence")
             return Verdict(lost, Reason.INVALID_EVIDENCE, proof, op_id)
@@ -593,7 +594,8 @@ class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
             key=step.stored,
         )
         self.used = progress.used
-        self._key_recorded(step, proof)
+        if step.stored is not None:
+            self._key_recorded(step, proof)
         return progress, step
 
     def _decide(
@@ -628,7 +630,7 @@ def _result_class(ticket: Ticket, status: ResultStatus, proof: Evidence, pending
         return "pending"
     if not proof.verified and status is ResultStatus.OK:
         return "unverified"
-    return str(status)
+    return status._value_  # the enum's str() without its lookup: one per settled call
 
 
 def _is_json(value: Any) -> bool:

@@ -30,8 +30,7 @@ which is compared with the task's revision (so each verify must know what every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 from ..store.base import Store
 from ..values.budget import Policy
@@ -59,9 +58,8 @@ def progress_key(call: Call, policy: Policy) -> str:
     return TASK_KEY if policy.task_revision else call.tool
 
 
-@dataclass(frozen=True)
-class KeyStep:
-    """What one verified result does to its progress key."""
+class KeyStep(NamedTuple):
+    """What one verified result does to its progress key (a tuple: one is made per settled call)."""
 
     key: str
     current: int
@@ -86,7 +84,9 @@ class ProgressKeys:
     def progress_revision(self, call: Call, ticket: Ticket | None = None) -> int:
         """The revision ``call``'s verify is compared with: the last one of its progress key (for the task's own
         key, the task's revision when ``ticket`` was authorized, or now)."""
-        key = progress_key(call, self.policy)
+        return self._key_revision(progress_key(call, self.policy), ticket)
+
+    def _key_revision(self, key: str, ticket: Ticket | None = None) -> int:
         if key == TASK_KEY:
             return ticket.revision if ticket is not None else self.revision
         if self._keys is None:
@@ -102,7 +102,7 @@ class ProgressKeys:
         """How a result's evidence moves its key and the task (``proof`` None, or ``record`` False: it moves
         nothing; its key's current revision only)."""
         key = progress_key(ticket.call, self.policy)
-        current = self.progress_revision(ticket.call, ticket)
+        current = self._key_revision(key, ticket)
         if proof is None or not record:
             return KeyStep(key, current)
         if key == TASK_KEY:  # the article's rule: the task's revision is the verify's, raised to max(current, it)
@@ -116,8 +116,3 @@ class ProgressKeys:
         """The key's new revision was recorded in the store."""
         if step.stored is not None and self._keys is not None:
             self._keys[step.key] = max(self._keys.get(step.key, 0), proof.revision)
-
-    def _key_detail(self, ticket: Ticket) -> Any:
-        """The key named in an explanation of invalid evidence (``None`` for the task's own)."""
-        key = progress_key(ticket.call, self.policy)
-        return None if key == TASK_KEY else key
