@@ -79,11 +79,13 @@ def test_an_atexit_handler_and_a_non_daemon_thread_end_as_they_would() -> None:
     assert (done.returncode, done.stdout) == (0, "thread\natexit\n")
 
 
-def test_another_interpreter_or_an_option_is_refused() -> None:
+def test_another_interpreter_an_option_or_a_startup_variable_is_refused() -> None:
     with pytest.raises(ValueError, match="interpreter option"):
         forked.ForkedPopen([sys.executable, "-X", "dev", "-c", "pass"])
     with pytest.raises(ValueError, match="runs"):
         forked.ForkedPopen(["/bin/true"])
+    with pytest.raises(ValueError, match="PYTHONWARNINGS"):  # read as python starts: a fork cannot give it
+        forked.ForkedPopen([sys.executable, "-c", "pass"], env={**os.environ, "PYTHONWARNINGS": "error"})
 
 
 def test_the_zygote_does_not_outlive_its_test_process(tmp_path: Path) -> None:

@@ -170,7 +170,6 @@ class MemoryStore(MemoryQueries, Store):
         """(family, reason) -> refusals of the tasks pruned since (the counter never goes back)."""
         self._activation_times: dict[str, float] = {}
         """activation id -> when it was recorded (a prune removes old ones)."""
-        """(family, reason) -> refusals of the tasks pruned since (the counter never goes back)."""
 
     def _task(self, task_id: str) -> _Task:
         try:

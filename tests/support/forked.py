@@ -65,6 +65,24 @@ PRELOAD = (
 libraries our workers import and that cost the CPU. Nothing of ``agents_loopguard`` or ``tests``: each worker
 imports ours itself."""
 
+STARTUP = (
+    "PYTHONDEVMODE",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONFAULTHANDLER",
+    "PYTHONHASHSEED",
+    "PYTHONHOME",
+    "PYTHONIOENCODING",
+    "PYTHONNOUSERSITE",
+    "PYTHONOPTIMIZE",
+    "PYTHONSAFEPATH",
+    "PYTHONTRACEMALLOC",
+    "PYTHONUNBUFFERED",
+    "PYTHONUTF8",
+    "PYTHONWARNINGS",
+)
+"""Environment variables that ``python`` reads as it starts: a forked worker has the zygote's (a request that sets
+another value is refused)."""
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -105,9 +123,12 @@ class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
             "env": dict(env) if env is not None else dict(os.environ),
         }
+        zygote = _zygote()
+        if changed := [name for name in STARTUP if request["env"].get(name) != zygote.env.get(name)]:
+            raise ValueError(f"ForkedPopen cannot give {changed}: read when python starts; use subprocess.Popen")
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
         try:
-            self.pid = _zygote().spawn(request, fds)
+            self.pid = zygote.spawn(request, fds)
             self._child_created = True
         finally:
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]
@@ -162,7 +183,8 @@ class _Zygote:
         _become_subreaper()
         self.folder = tempfile.mkdtemp(prefix="lg-zygote-")
         self.address = os.path.join(self.folder, "socket")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.env = dict(os.environ)
+        env = {**self.env, "PYTHONPATH": str(ROOT)}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.support.forked", self.address], cwd=ROOT, env=env, stdout=subprocess.PIPE
         )
@@ -323,10 +345,10 @@ def _become_worker(request: dict[str, Any], fds: list[int], conn: socket.socket,
     python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     first = {"module": os.getcwd(), "code": "", "script": os.path.dirname(os.path.abspath(target))}[kind]
     sys.path[:] = [first, *python_path, *[p for p in base_path if p not in python_path]]
-    # the worker's standard streams, as a new interpreter opens them (they live as long as the process)
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115
-    sys.stdout = open(1, "w", closefd=False, buffering=1 if os.isatty(1) else -1)  # noqa: SIM115
-    sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
+    # the worker's standard streams, as the zygote's interpreter opened its own (they live as long as the process)
+    sys.stdin = _stream(0, "r", sys.__stdin__)
+    sys.stdout = _stream(1, "w", sys.__stdout__, line=os.isatty(1))
+    sys.stderr = _stream(2, "w", sys.__stderr__, line=True)
     if kind == "module":
         sys.argv = [target, *argv]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -336,6 +358,12 @@ def _become_worker(request: dict[str, Any], fds: list[int], conn: socket.socket,
     else:
         sys.argv = [target, *argv]
         runpy.run_path(target, run_name="__main__")
+
+
+def _stream(fd: int, mode: str, like: Any, *, line: bool = False) -> Any:
+    """A text stream on ``fd`` with the encoding and error handler of the interpreter's own ``like``."""
+    encoding, errors = (like.encoding, like.errors) if like is not None else ("utf-8", "strict")
+    return open(fd, mode, closefd=False, encoding=encoding, errors=errors, buffering=1 if line else -1)
 
 
 if __name__ == "__main__":
