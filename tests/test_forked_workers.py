@@ -69,6 +69,17 @@ def test_exit_statuses_and_a_real_sigkill() -> None:
     assert sleeper.wait(timeout=10) == -signal.SIGKILL
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_output_before_a_sigkill_is_kept_as_pythonunbuffered_says(unbuffered: str) -> None:
+    code = "import os, signal; print('said'); os.kill(os.getpid(), signal.SIGKILL)"
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    said = [
+        start([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60).stdout
+        for start in (subprocess.run, forked.run)
+    ]
+    assert said == ["said\n" if unbuffered else ""] * 2
+
+
 def test_an_atexit_handler_and_a_non_daemon_thread_end_as_they_would() -> None:
     code = (
         "import atexit, threading, time\n"

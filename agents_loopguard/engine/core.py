@@ -594,8 +594,7 @@ class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
             key=step.stored,
         )
         self.used = progress.used
-        if step.stored is not None:
-            self._key_recorded(step, proof)
+        self._key_recorded(step, proof)
         return progress, step
 
     def _decide(

@@ -87,6 +87,7 @@ class ProgressKeys:
         return self._key_revision(progress_key(call, self.policy), ticket)
 
     def _key_revision(self, key: str, ticket: Ticket | None = None) -> int:
+        """:meth:`progress_revision` for a key already known (a settled call asks it once)."""
         if key == TASK_KEY:
             return ticket.revision if ticket is not None else self.revision
         if self._keys is None:

@@ -25,6 +25,7 @@ import atexit
 import ctypes
 import gc
 import importlib
+import io
 import json
 import os
 import runpy
@@ -67,7 +68,6 @@ imports ours itself."""
 
 STARTUP = (
     "PYTHONDEVMODE",
-    "PYTHONDONTWRITEBYTECODE",
     "PYTHONFAULTHANDLER",
     "PYTHONHASHSEED",
     "PYTHONHOME",
@@ -76,12 +76,11 @@ STARTUP = (
     "PYTHONOPTIMIZE",
     "PYTHONSAFEPATH",
     "PYTHONTRACEMALLOC",
-    "PYTHONUNBUFFERED",
     "PYTHONUTF8",
     "PYTHONWARNINGS",
 )
 """Environment variables that ``python`` reads as it starts: a forked worker has the zygote's (a request that sets
-another value is refused)."""
+another value is refused). ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE`` are the worker's own."""
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -345,10 +344,12 @@ def _become_worker(request: dict[str, Any], fds: list[int], conn: socket.socket,
     python_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     first = {"module": os.getcwd(), "code": "", "script": os.path.dirname(os.path.abspath(target))}[kind]
     sys.path[:] = [first, *python_path, *[p for p in base_path if p not in python_path]]
-    # the worker's standard streams, as the zygote's interpreter opened its own (they live as long as the process)
+    # the worker's standard streams, as python opens them (they live as long as the process)
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     sys.stdin = _stream(0, "r", sys.__stdin__)
-    sys.stdout = _stream(1, "w", sys.__stdout__, line=os.isatty(1))
-    sys.stderr = _stream(2, "w", sys.__stderr__, line=True)
+    sys.stdout = _stream(1, "w", sys.__stdout__, line=os.isatty(1), unbuffered=unbuffered)
+    sys.stderr = _stream(2, "w", sys.__stderr__, line=True, unbuffered=unbuffered)
     if kind == "module":
         sys.argv = [target, *argv]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -360,10 +361,13 @@ def _become_worker(request: dict[str, Any], fds: list[int], conn: socket.socket,
         runpy.run_path(target, run_name="__main__")
 
 
-def _stream(fd: int, mode: str, like: Any, *, line: bool = False) -> Any:
-    """A text stream on ``fd`` with the encoding and error handler of the interpreter's own ``like``."""
+def _stream(fd: int, mode: str, like: Any, *, line: bool = False, unbuffered: bool = False) -> Any:
+    """A text stream on ``fd`` with the encoding and error handler of the interpreter's own ``like``; written
+    through at once when ``unbuffered`` (``PYTHONUNBUFFERED``, ``python -u``)."""
     encoding, errors = (like.encoding, like.errors) if like is not None else ("utf-8", "strict")
-    return open(fd, mode, closefd=False, encoding=encoding, errors=errors, buffering=1 if line else -1)
+    raw = io.FileIO(fd, mode, closefd=False)
+    binary: Any = raw if unbuffered else (io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw))
+    return io.TextIOWrapper(binary, encoding=encoding, errors=errors, line_buffering=line, write_through=unbuffered)
 
 
 if __name__ == "__main__":
