@@ -52,6 +52,12 @@ def test_a_forked_worker_starts_as_python_would(kind: str, tmp_path: Path) -> No
     assert fork == fresh
 
 
+def test_a_large_environment_arrives_whole() -> None:
+    env = {**os.environ, "LG_BIG": "x" * 300_000}
+    code = "import os; print(len(os.environ['LG_BIG']))"
+    assert forked.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout == "300000\n"
+
+
 def test_exit_statuses_and_a_real_sigkill() -> None:
     assert forked.run([sys.executable, "-c", "raise SystemExit(3)"]).returncode == 3
     assert forked.run([sys.executable, "-c", "import sys; sys.exit('why')"], capture_output=True).returncode == 1

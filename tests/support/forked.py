@@ -10,8 +10,9 @@ What the test gets is still a real OS process of its own: its own pid, memory, d
 own ``__main__`` run from the start with the given argv, environment and working directory, killed by a real
 SIGKILL, its exit status waited for by the test like any child's (the test process becomes a *child subreaper*,
 and the zygote double-forks, so the worker is reparented to the test process before its pid is handed over).
-What a fork cannot give, it does not pretend to: interpreter flags (``-X``, ``-W``) and environment variables read
-when a preloaded library was imported are the zygote's; a command of another shape gets a ``ValueError``.
+What a fork cannot give, it does not pretend to: interpreter options (``-X``, ``-W``), the variables ``python`` reads
+as it starts (``STARTUP``), a shell, a new session or other ids get a ``ValueError``; environment variables that a
+preloaded library read as it was imported are the zygote's.
 
 >>> import subprocess, sys
 >>> p = ForkedPopen([sys.executable, "-c", "import sys; print(sys.argv[1:])", "a"], stdout=subprocess.PIPE, text=True)
@@ -274,7 +275,12 @@ def _serve(address: str) -> None:
                 return
             continue
         conn.settimeout(None)
-        message, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
+        message, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
+        while not message.endswith(b"\n"):  # a long request (a large environment) may come in several reads
+            more = conn.recv(1 << 16)
+            if not more:
+                break
+            message += more
         middle = os.fork()
         if middle == 0:
             middle_pid = os.getpid()  # the middle process forks the worker and exits at once: the worker is an orphan
