@@ -492,19 +492,20 @@ class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
     def _settle(
         self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any
     ) -> Verdict | None:
-        judged = self._judge(ticket, result, verify, evidence)
+        key = progress_key(ticket.call, self.policy)  # whose revision the verify reports (engine.progress)
+        judged = self._judge(ticket, result, verify, evidence, key)
         if isinstance(judged, Verdict):
             return judged
         status, proof = judged
         at = self._now()
         early = self._early_end(status, at)
-        progress, step = self._record(ticket, result, status, proof, early=early, at=at)
+        progress, step = self._record(ticket, result, status, proof, key, early=early, at=at)
         if early is not None:
             return early
         return self._decide(ticket, result, status, proof, progress, step)
 
     def _judge(
-        self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any
+        self, ticket: Ticket, result: Any, verify: Callable[[Any, Any], Any] | None, evidence: Any, key: str
     ) -> tuple[ResultStatus, Evidence] | Verdict:
         """Step 1: is the result valid, is the evidence valid, is a write's effect proven? (trace what is not)"""
         call = ticket.call
@@ -527,8 +528,7 @@ class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
                 evidence = verify(ticket.proposal, result)
             except Exception as exc:  # the verifier's failure is invalid evidence, not a crash
                 evidence = VerifyFailed(exc)
-        key = progress_key(call, self.policy)
-        current = self._key_revision(key, ticket)  # its progress key's last revision (engine.progress)
+        current = self._key_revision(key, ticket)  # its progress key's last revision
         if evidence is UNVERIFIED and not write:
             return status, Evidence(revision=current, done=False, effect=Effect.NONE, verified=False)
         proof = parse_evidence(evidence, status=status, current_revision=current, key=None if key == TASK_KEY else key)
@@ -560,7 +560,15 @@ class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
         return None
 
     def _record(
-        self, ticket: Ticket, result: Any, status: ResultStatus, proof: Evidence, *, early: Verdict | None, at: float
+        self,
+        ticket: Ticket,
+        result: Any,
+        status: ResultStatus,
+        proof: Evidence,
+        key: str,
+        *,
+        early: Verdict | None,
+        at: float,
     ) -> tuple[Progress, KeyStep]:
         """Step 2: one store step records the trace, the write's ledger state and the progress (its progress key's
         new revision, and the task's)."""
@@ -575,9 +583,9 @@ class Guard(Metering, Ending, LoopRules, Probing, ProgressKeys):
         pending = proof.pending and call.kind == "poll"
         # a transient failure without effect is a retry, not a stall (Policy.retry_transient)
         retry = status is ResultStatus.RETRYABLE and self.policy.retry_transient and transient(status, proof)
-        retry = retry and proof.revision <= self.progress_revision(call, ticket)
+        retry = retry and proof.revision <= self._key_revision(key, ticket)
         # a pending poll is no stall; an unverified read records no progress at all
-        step = self._key_step(ticket, proof, record=early is None and proof.verified and not retry)
+        step = self._key_step(ticket, proof, key, record=early is None and proof.verified and not retry)
         progress = self.store.record_execution(
             self.task_id,
             self._trace(

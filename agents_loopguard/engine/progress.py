@@ -99,10 +99,9 @@ class ProgressKeys:
         0, since it reports no key's progress (only its ``done`` counts)."""
         return self.revision if self.policy.task_revision else 0
 
-    def _key_step(self, ticket: Ticket, proof: Evidence | None, *, record: bool) -> KeyStep:
+    def _key_step(self, ticket: Ticket, proof: Evidence | None, key: str, *, record: bool) -> KeyStep:
         """How a result's evidence moves its key and the task (``proof`` None, or ``record`` False: it moves
         nothing; its key's current revision only)."""
-        key = progress_key(ticket.call, self.policy)
         current = self._key_revision(key, ticket)
         if proof is None or not record:
             return KeyStep(key, current)
